@@ -1,0 +1,46 @@
+# Every target sets itself up: the first run creates .venv and installs
+# torch (CPU build) first, then this project with its test extras.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: test lint typecheck unit demo proofs deep bench vectors soak mutation clean
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
+	$(PY) -m pip install -q "torch==2.13.0" 2>&1 | grep -v "^WARNING: Location" || true
+	$(PY) -m pip install -q -e ".[test]" 2>&1 | grep -v "^WARNING: Location" || true
+	$(PY) -c "import torch, lancedb, elastic_loader"
+	@rm -f $(VENV)/.installed-*
+	@touch $@
+
+## test: lint, type-check and run the whole test suite (the CI command)
+test: lint typecheck unit
+
+lint: $(STAMP)
+	$(PY) -m ruff check src tests proofs benchmarks
+
+typecheck: $(STAMP)
+	$(PY) -m mypy --strict src
+
+unit: $(STAMP)
+	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(PY) -m pytest -q
+
+## demo: the project's main job
+demo: $(STAMP)
+	$(PY) -m elastic_loader.examples.spec_walkthrough
+
+## proofs: SMT proofs and bounded exhaustive model checks of every invariant
+proofs: $(STAMP)
+	$(PY) -m proofs
+
+## deep: the property and state-machine tests with the deep Hypothesis profile
+deep: $(STAMP)
+	HYPOTHESIS_PROFILE=deep $(PY) -m pytest -q -p no:cacheprovider tests
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,0 +1,160 @@
+"""The executable specification of elastic-loader.
+
+Rules of this package (a test enforces the first two):
+
+* Standard library only. No threads, no clock, no I/O, no randomness except
+  ``random.Random(seed)`` where the reference uses it on purpose.
+* Nothing outside ``elastic_loader.spec`` imports from the pipeline, and the
+  pipeline never imports this package: the differential tests compare two
+  independent things.
+* Every value is immutable (frozen dataclasses, tuples). Functions take explicit
+  inputs and return new values.
+
+Theory of operation
+-------------------
+The loader's behaviour is fully determined by a few inputs: the *permutation*
+(split id -> ordered row ids, produced by the storage backend), the *faults*
+(which rows make the transform skip or raise), the *topology* (world size,
+rank, DataLoader workers) and the *progress state* loaded from a checkpoint.
+Given those, :func:`iterate_rows` and :func:`iterate_packed` say exactly which
+rows or blocks an iterator yields and what its checkpoint says after each one;
+:mod:`.checkpoint` says how checkpoints are written, loaded, merged and
+committed; :mod:`.loader` says how ``StreamingDataLoader`` interleaves worker
+batches and commits them; :mod:`.params` says which parameters are rejected and
+with which exception. :mod:`.invariants` holds one predicate per named
+invariant of ``spec/INVARIANTS.md``.
+"""
+
+from .checkpoint import (
+    CheckpointGate,
+    commit_packed,
+    commit_row,
+    gate_after_commit,
+    gate_after_failure,
+    gate_after_load,
+    gate_after_untracked_iteration,
+    gate_check_state_dict,
+    join_packed,
+    join_row,
+    load_packed,
+    load_row,
+    merge_state_dicts,
+    snapshot_packed,
+    snapshot_row,
+)
+from .errors import SpecError, SpecRuntimeError, SpecTypeError, SpecValueError
+from .loader import (
+    Delivery,
+    deliver_batches,
+    global_steps,
+    rank_steps,
+    run_loader,
+    topology_steps,
+)
+from .packing import (
+    Block,
+    PackBuffer,
+    PackedRun,
+    PackedState,
+    estimate_blocks_per_epoch,
+    initial_packed_state,
+    iterate_packed,
+)
+from .params import (
+    DEFAULT_IO_QUEUE_DEPTH,
+    DEFAULT_READ_BATCH_SIZE,
+    EPOCH_PRIME,
+    Params,
+    TableFacts,
+    perm_seed,
+    validate_params,
+)
+from .rows import (
+    Exhausted,
+    Faults,
+    Raised,
+    RowRun,
+    RowState,
+    Yielded,
+    initial_row_state,
+    iterate_rows,
+)
+from .topology import (
+    PackingConfig,
+    Permutation,
+    RunConfig,
+    Topology,
+    cut_splits,
+    group_permutation,
+    owned_splits,
+    perm_fingerprint,
+    rank_splits,
+    worker_blocks,
+)
+
+__all__ = [
+    # topology
+    "Permutation",
+    "RunConfig",
+    "PackingConfig",
+    "Topology",
+    "cut_splits",
+    "group_permutation",
+    "owned_splits",
+    "perm_fingerprint",
+    "rank_splits",
+    "worker_blocks",
+    # parameters
+    "EPOCH_PRIME",
+    "DEFAULT_IO_QUEUE_DEPTH",
+    "DEFAULT_READ_BATCH_SIZE",
+    "Params",
+    "TableFacts",
+    "perm_seed",
+    "validate_params",
+    # rows
+    "Exhausted",
+    "Faults",
+    "Raised",
+    "RowRun",
+    "RowState",
+    "Yielded",
+    "initial_row_state",
+    "iterate_rows",
+    # packing
+    "Block",
+    "PackBuffer",
+    "PackedRun",
+    "PackedState",
+    "estimate_blocks_per_epoch",
+    "initial_packed_state",
+    "iterate_packed",
+    # checkpoints
+    "CheckpointGate",
+    "commit_packed",
+    "commit_row",
+    "gate_after_commit",
+    "gate_after_failure",
+    "gate_after_load",
+    "gate_after_untracked_iteration",
+    "gate_check_state_dict",
+    "join_packed",
+    "join_row",
+    "load_packed",
+    "load_row",
+    "merge_state_dicts",
+    "snapshot_packed",
+    "snapshot_row",
+    # loader
+    "Delivery",
+    "deliver_batches",
+    "global_steps",
+    "rank_steps",
+    "run_loader",
+    "topology_steps",
+    # errors
+    "SpecError",
+    "SpecRuntimeError",
+    "SpecTypeError",
+    "SpecValueError",
+]

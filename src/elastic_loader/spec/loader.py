@@ -1,0 +1,220 @@
+"""``StreamingDataLoader``: worker batches, their delivery order, consumer commits; global steps.
+
+Rules: each DataLoader worker runs its own iterator over its sub-block from
+the parent's state and cuts its items into batches of ``batch_size``. Batches
+reach the trainer in order ``(batch index, worker id)`` (torch's in-order
+round robin; an exhausted worker drops out). A worker whose iterator raises
+turns its unfinished batch into the error, and nothing after it is delivered.
+When a batch reaches the trainer, the snapshot it carries (the worker's
+checkpoint right after the batch's last item) is committed into the parent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from .checkpoint import commit_packed, commit_row, snapshot_packed, snapshot_row
+from .errors import SpecRuntimeError, require
+from .packing import Block, PackedRun, PackedState, initial_packed_state, iterate_packed
+from .rows import Faults, Raised, RowRun, RowState, Yielded, initial_row_state, iterate_rows
+from .topology import Permutation, RunConfig, Topology, owned_splits, rank_splits
+
+Item = Yielded | Block
+State = RowState | PackedState
+Run = RowRun | PackedRun
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One batch as the trainer receives it, with the parent's state after committing it."""
+
+    worker: int
+    index: int
+    items: tuple[Item, ...]
+    committed: State
+
+
+@dataclass(frozen=True)
+class LoaderRun:
+    """Every batch one rank's ``StreamingDataLoader`` delivers, and how it ends."""
+
+    start: State
+    deliveries: tuple[Delivery, ...]
+    error: Raised | None
+
+    def state_after(self, n: int) -> State:
+        """The parent's state after the trainer received ``n`` batches."""
+        require(
+            0 <= n <= len(self.deliveries),
+            "prefix_out_of_range",
+            "cannot receive more batches than delivered",
+        )
+        return self.start if n == 0 else self.deliveries[n - 1].committed
+
+
+def _items(run: Run) -> tuple[Item, ...]:
+    return run.rows if isinstance(run, RowRun) else run.blocks
+
+
+def deliver_batches(
+    runs: Sequence[Run], batch_size: int
+) -> tuple[list[tuple[int, int, tuple[Item, ...], State]], Raised | None]:
+    """Cut every worker run into batches and order them ``(batch index, worker)``.
+
+    Returns the delivered ``(worker, index, items, worker snapshot)`` list and
+    the error that stops delivery, if any.
+    """
+    require(batch_size >= 1, "batch_size_not_positive", "batch_size must be >= 1")
+    per_worker: list[list[tuple[int, int, tuple[Item, ...], State]]] = []
+    errors: list[tuple[int, int, Raised]] = []
+    for w, run in enumerate(runs):
+        items = _items(run)
+        full, rest = divmod(len(items), batch_size)
+        batches = [
+            (w, j, items[j * batch_size : (j + 1) * batch_size], run.state_after((j + 1) * batch_size))
+            for j in range(full)
+        ]
+        if isinstance(run.end, Raised):
+            errors.append((full, w, run.end))
+        elif rest:
+            batches.append((w, full, items[full * batch_size :], run.state_after(len(items))))
+        per_worker.append(batches)
+    ordered = sorted((b for batches in per_worker for b in batches), key=lambda b: (b[1], b[0]))
+    if not errors:
+        return ordered, None
+    j, w, error = min(errors, key=lambda e: (e[0], e[1]))
+    return [b for b in ordered if (b[1], b[0]) < (j, w)], error
+
+
+def check_loader_start(state: State, rank_owned: Sequence[int], num_workers: int) -> None:
+    """``iter(StreamingDataLoader)`` needs a step boundary when packing or with several workers.
+
+    Raises:
+        SpecRuntimeError: ``loader_start_not_at_step_boundary``.
+    """
+    if isinstance(state, PackedState):
+        counts = {state.emitted[s] for s in rank_owned}
+    elif num_workers > 1:
+        counts = {state.samples[s] for s in rank_owned}
+    else:
+        return
+    if len(counts) > 1:
+        raise SpecRuntimeError(
+            "loader_start_not_at_step_boundary", "resume from a checkpoint at a step boundary"
+        )
+
+
+def run_loader(
+    config: RunConfig,
+    perm: Permutation,
+    faults: Faults,
+    topology: Topology,
+    parent: State,
+    batch_size: int,
+    corpus: Mapping[int, Sequence[int]] | None = None,
+) -> LoaderRun:
+    """One rank's ``StreamingDataLoader`` over ``topology.num_workers`` workers, from ``parent``."""
+    nw = topology.num_workers
+    rank_owned = rank_splits(config.num_splits, topology.world_size, topology.rank)
+    check_loader_start(parent, rank_owned, nw)
+    runs: list[Run] = []
+    for w in range(max(1, nw)):
+        owned = owned_splits(config.num_splits, Topology(topology.world_size, topology.rank, nw, w))
+        if isinstance(parent, PackedState):
+            assert config.packing is not None and corpus is not None
+            runs.append(iterate_packed(perm, corpus, faults, owned, config.packing, parent))
+        else:
+            runs.append(iterate_rows(perm, faults, owned, parent))
+    ordered, error = deliver_batches(runs, batch_size)
+    deliveries: list[Delivery] = []
+    current: State = parent
+    for w, j, items, snapshot in ordered:
+        if isinstance(current, PackedState):
+            assert isinstance(snapshot, PackedState)
+            current = commit_packed(config, current, snapshot_packed(config, snapshot))
+        else:
+            assert isinstance(snapshot, RowState)
+            current = commit_row(config, current, snapshot_row(config, snapshot))
+        deliveries.append(Delivery(w, j, items, current))
+    return LoaderRun(parent, tuple(deliveries), error)
+
+
+# ---------------------------------------------------------------- global steps
+
+StepKey = Callable[[Item], object]
+
+
+def _row_key(item: Item) -> object:
+    return (item.split, item.position) if isinstance(item, Yielded) else item
+
+
+def global_steps(perm: Permutation, faults: Faults, cycles_per_step: int) -> tuple[frozenset[object], ...]:
+    """Topology-free global steps: step ``g`` holds cycles ``[g*c, (g+1)*c)`` of every split.
+
+    Cycle ``k`` of split ``s`` is its ``k``-th yieldable row (skipped rows do
+    not count; a raising row ends the split). Only complete steps are listed.
+    """
+    require(cycles_per_step >= 1, "cycles_per_step_not_positive", "cycles_per_step must be >= 1")
+    usable: list[list[int]] = []
+    for split in perm:
+        positions: list[int] = []
+        for p, row in enumerate(split):
+            if row in faults.raising:
+                break
+            if row not in faults.skipped:
+                positions.append(p)
+        usable.append(positions)
+    steps = min(len(u) for u in usable) // cycles_per_step
+    c = cycles_per_step
+    return tuple(
+        frozenset((s, p) for s, u in enumerate(usable) for p in u[g * c : (g + 1) * c]) for g in range(steps)
+    )
+
+
+def rank_steps(
+    config: RunConfig,
+    perm: Permutation,
+    faults: Faults,
+    world_size: int,
+    rank: int,
+    num_workers: int,
+    cycles_per_step: int,
+    corpus: Mapping[int, Sequence[int]] | None = None,
+) -> list[tuple[Item, ...]]:
+    """One rank's global-step contributions: ``max(1, nw)`` consecutive full batches each.
+
+    Every worker batch holds ``cycles_per_step`` cycles of the worker's splits.
+    """
+    k = config.num_splits // world_size
+    nw = max(1, num_workers)
+    batch = (k // nw) * cycles_per_step
+    start: State = (
+        initial_row_state(config.num_splits) if corpus is None else initial_packed_state(config.num_splits)
+    )
+    run = run_loader(config, perm, faults, Topology(world_size, rank, num_workers), start, batch, corpus)
+    full = [d for d in run.deliveries if len(d.items) == batch]
+    steps: list[tuple[Item, ...]] = []
+    for g in range(len(full) // nw):
+        group = full[g * nw : (g + 1) * nw]
+        if [d.index for d in group] != [g] * nw:
+            break
+        steps.append(tuple(item for d in group for item in d.items))
+    return steps
+
+
+def topology_steps(
+    config: RunConfig,
+    perm: Permutation,
+    faults: Faults,
+    world_size: int,
+    num_workers: int,
+    cycles_per_step: int,
+) -> tuple[frozenset[object], ...]:
+    """Global steps as a ``world_size`` x ``num_workers`` job sees them (row mode)."""
+    per_rank = [
+        rank_steps(config, perm, faults, world_size, r, num_workers, cycles_per_step)
+        for r in range(world_size)
+    ]
+    count = min(len(steps) for steps in per_rank)
+    return tuple(frozenset(_row_key(item) for steps in per_rank for item in steps[g]) for g in range(count))

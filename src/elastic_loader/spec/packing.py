@@ -1,0 +1,213 @@
+"""Sequence packing: blocks, ``doc_ids``, the per-split budget and packed progress (item 3).
+
+Rules: every split packs its own documents into blocks of ``L`` tokens, each
+document followed by ``eos_id``. A cycle first *fills* every owned split (pull
+whole documents while the buffer is shorter than ``L``), then *emits* one block
+per owned split in owned order; a split that ran out pads its block with
+``pad_id``. Every split emits exactly ``b = blocks_per_epoch / num_splits``
+blocks per epoch, however many documents it has. ``doc_ids[k]`` counts the
+document starts ``s`` with ``0 < s <= k`` inside the block.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from .errors import SpecValueError, require
+from .rows import End, Exhausted, Faults, Raised, _peek
+from .topology import PackingConfig, Permutation, check_permutation
+
+
+@dataclass(frozen=True)
+class PackBuffer:
+    """Tokens pulled into a split but not yet emitted, and where documents start in them."""
+
+    tokens: tuple[int, ...] = ()
+    starts: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        require(
+            all(0 <= a < b for a, b in zip(self.starts, self.starts[1:])),
+            "buffer_starts_unsorted",
+            "document starts must be strictly increasing",
+        )
+        require(
+            all(0 <= s < len(self.tokens) for s in self.starts),
+            "buffer_start_out_of_range",
+            "document starts must index the buffer",
+        )
+
+
+EMPTY_BUFFER = PackBuffer()
+
+
+@dataclass(frozen=True)
+class PackedState:
+    """Per-split packed progress; ``buffers`` holds only non-empty buffers (canonical form)."""
+
+    consumed: tuple[int, ...]
+    """One past the permutation position of the last document pulled into the buffer."""
+    emitted: tuple[int, ...]
+    """Blocks yielded so far this epoch."""
+    buffers: Mapping[int, PackBuffer] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        require(
+            len(self.consumed) == len(self.emitted), "list_length", "consumed and emitted differ in length"
+        )
+        require(
+            all(0 <= s < len(self.consumed) and b.tokens for s, b in self.buffers.items()),
+            "buffer_key_out_of_range",
+            "buffers are keyed by split id and never empty",
+        )
+
+    def buffer(self, split: int) -> PackBuffer:
+        """The buffer of ``split`` (empty when absent)."""
+        return self.buffers.get(split, EMPTY_BUFFER)
+
+
+def initial_packed_state(num_splits: int) -> PackedState:
+    """The packed state of an epoch before any document is read."""
+    zeros = (0,) * num_splits
+    return PackedState(zeros, zeros, {})
+
+
+@dataclass(frozen=True)
+class Block:
+    """One emitted block: ``real`` leading tokens are data, the rest is padding."""
+
+    split: int
+    input_ids: tuple[int, ...]
+    doc_ids: tuple[int, ...]
+    real: int
+
+
+@dataclass(frozen=True)
+class PackedRun:
+    """Everything one packed iterator yields; ``states[i]`` is the checkpoint right after ``blocks[i]``."""
+
+    start: PackedState
+    blocks: tuple[Block, ...]
+    states: tuple[PackedState, ...]
+    end: End
+
+    def state_after(self, n: int) -> PackedState:
+        """The checkpoint after the consumer received ``n`` blocks."""
+        require(0 <= n <= len(self.blocks), "prefix_out_of_range", "cannot consume more blocks than yielded")
+        return self.start if n == 0 else self.states[n - 1]
+
+
+def doc_ids_of(starts: Sequence[int], length: int) -> tuple[int, ...]:
+    """``doc_ids[k]`` = number of starts ``s`` with ``0 < s <= k``, for ``k`` in ``[0, length)``."""
+    return tuple(sum(1 for s in starts if 0 < s <= k) for k in range(length))
+
+
+def iterate_packed(
+    perm: Permutation,
+    corpus: Mapping[int, Sequence[int]],
+    faults: Faults,
+    owned: Sequence[int],
+    config: PackingConfig,
+    state: PackedState,
+) -> PackedRun:
+    """Run one packed iterator over ``owned`` splits from ``state`` to its end.
+
+    Raises:
+        SpecValueError: the owned splits have emitted different block counts
+            (``packed_state_misaligned``): merge every rank's state first.
+    """
+    check_permutation(perm)
+    num_splits = len(perm)
+    budget = config.blocks_per_split(num_splits)
+    length = config.pack_sequences
+    require(len(state.emitted) == num_splits, "list_length", "state must have one entry per split")
+    if not owned:
+        return PackedRun(state, (), (), Exhausted())
+    if len({state.emitted[s] for s in owned}) > 1:
+        raise SpecValueError(
+            "packed_state_misaligned",
+            "owned splits emitted different block counts; merge every rank's state before resuming",
+        )
+    consumed, emitted = list(state.consumed), list(state.emitted)
+    tokens = {s: list(state.buffer(s).tokens) for s in owned}
+    starts = {s: list(state.buffer(s).starts) for s in owned}
+    blocks: list[Block] = []
+    states: list[PackedState] = []
+
+    def snapshot() -> PackedState:
+        buffers = dict(state.buffers)
+        for s in owned:
+            buffers.pop(s, None)
+            if tokens[s]:
+                buffers[s] = PackBuffer(tuple(tokens[s]), tuple(starts[s]))
+        return PackedState(tuple(consumed), tuple(emitted), buffers)
+
+    def fill(s: int) -> Raised | None:
+        while len(tokens[s]) < length:
+            nxt = _peek(perm[s], consumed[s], faults)
+            if nxt.kind is Exhausted:
+                return None
+            row = perm[s][nxt.position]
+            if nxt.kind is Raised:
+                return Raised(s, nxt.position, row)
+            starts[s].append(len(tokens[s]))
+            tokens[s].extend(corpus[row])
+            tokens[s].append(config.eos_id)
+            consumed[s] = nxt.position + 1
+        return None
+
+    def emit(s: int) -> Block:
+        real = min(length, len(tokens[s]))
+        ids = tuple(tokens[s][:length]) + (config.pad_id,) * (length - real)
+        block = Block(s, ids, doc_ids_of(starts[s], length), real)
+        del tokens[s][:length]
+        starts[s] = [x - length for x in starts[s] if x >= length]
+        emitted[s] += 1
+        return block
+
+    while emitted[owned[0]] < budget:
+        for s in owned:
+            error = fill(s)
+            if error is not None:
+                return PackedRun(state, tuple(blocks), tuple(states), error)
+        for s in owned:
+            blocks.append(emit(s))
+            states.append(snapshot())
+    return PackedRun(state, tuple(blocks), tuple(states), Exhausted())
+
+
+def estimate_blocks_per_epoch(
+    doc_lengths: Sequence[Sequence[int | None]],
+    shuffle_seed: int,
+    pack_sequences: int,
+) -> int:
+    """The ``blocks_per_epoch="auto"`` estimate from ~1% of each split's documents.
+
+    ``doc_lengths[s][p]`` is the token count of the document at position ``p``
+    of split ``s`` (``None`` for a null list or a list holding a null). One
+    ``random.Random(shuffle_seed)`` samples ``min(n, max(1, min(ceil(n/100),
+    cap)))`` positions of each split in split order, ``cap = max(1,
+    100000 // S)``; each document counts its tokens plus one EOS. The result is
+    rounded down to a multiple of ``S``, and is at least ``S``.
+    """
+    num_splits = len(doc_lengths)
+    require(num_splits > 0, "num_splits_not_positive", "need at least one split")
+    cap = max(1, 100_000 // num_splits)
+    rng = random.Random(shuffle_seed)
+    sampled_tokens = sampled_docs = total_docs = 0
+    for lengths in doc_lengths:
+        n = len(lengths)
+        require(n > 0, "auto_budget_empty", "blocks_per_epoch='auto' cannot estimate an empty split")
+        k = min(n, max(1, min((n + 99) // 100, cap)))
+        for offset in sorted(rng.sample(range(n), k)):
+            value = lengths[offset]
+            if value is None:
+                raise SpecValueError("null_tokens", "pack_sequences does not support null token lists")
+            sampled_tokens += value
+        sampled_docs += k
+        total_docs += n
+    estimated_tokens = (sampled_tokens + sampled_docs) * total_docs // sampled_docs
+    blocks = estimated_tokens // pack_sequences
+    return max(num_splits, blocks - blocks % num_splits)

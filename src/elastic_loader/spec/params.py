@@ -1,0 +1,261 @@
+"""Constructor parameters: which values are rejected, in which order, with which error.
+
+Rules: every check is one row of ``_INT_PARAMS`` or one ``require`` below, in
+the order an implementation must apply them; the first failure wins. The table
+is abstracted as :class:`TableFacts`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from .errors import SpecTypeError, SpecValueError, require
+
+EPOCH_PRIME = 100003
+"""``shuffle_seed + epoch * EPOCH_PRIME`` seeds the backend shuffle (BEHAVIOR R2.1)."""
+DEFAULT_READ_BATCH_SIZE = 64
+DEFAULT_IO_QUEUE_DEPTH = 4
+SEED_LIMIT = 2**64
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+ERROR_MODES = ("raise", "skip", "warn")
+
+ColumnKind = Literal["int_list", "other_list", "scalar"]
+
+
+def perm_seed(shuffle_seed: int, epoch: int) -> int:
+    """The backend shuffle seed of an epoch (collisions are kept on purpose, see DEVIATIONS)."""
+    return shuffle_seed + epoch * EPOCH_PRIME
+
+
+@dataclass(frozen=True)
+class TableFacts:
+    """What validation needs to know about the table."""
+
+    columns: Mapping[str, ColumnKind]
+    """Schema column name -> kind (``int_list`` is a list of integers)."""
+    rows: int
+    """Rows that pass ``filter``."""
+
+
+class _Callable:
+    """Stands for "some callable" in parameter vectors."""
+
+    def __call__(self, *args: object) -> object:
+        return None
+
+    def __repr__(self) -> str:
+        return "CALLABLE"
+
+
+CALLABLE = _Callable()
+
+
+@dataclass(frozen=True)
+class Params:
+    """Every keyword of ``StreamingDataset(table, ...)`` with its default."""
+
+    num_splits: object = None
+    shuffle: object = True
+    split_strategy: object = None
+    shuffle_seed: object = 0
+    epoch: object = 0
+    rank: object = 0
+    world_size: object = 1
+    read_batch_size: object = DEFAULT_READ_BATCH_SIZE
+    io_queue_depth: object = DEFAULT_IO_QUEUE_DEPTH
+    columns: object = None
+    shuffle_clump_size: object = None
+    filter: object = None
+    transform: object = None
+    transform_parallelism: object = None
+    pack_sequences: object = None
+    eos_id: object = None
+    pad_id: object = None
+    blocks_per_epoch: object = None
+    on_transform_error: object = "raise"
+    transform_queue_depth: object = None
+    connection_factory: object = None
+    worker_info_override: object = None
+    prefetch_batches: object = None
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """Parameters after defaults are resolved."""
+
+    num_splits: int
+    io_queue_depth: int
+    draws_seed: bool
+    """``shuffle_seed=None``: the implementation draws one seed in ``[0, 2**32)``."""
+    warnings: tuple[str, ...] = field(default=())
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+# (name, may be None, minimum) for every integer parameter, checked in this order.
+_INT_PARAMS: tuple[tuple[str, bool, int | None], ...] = (
+    ("prefetch_batches", True, None),
+    ("world_size", False, 1),
+    ("rank", False, 0),
+    ("num_splits", True, 1),
+    ("epoch", False, 0),
+    ("shuffle_seed", True, 0),
+    ("read_batch_size", False, 1),
+    ("io_queue_depth", False, None),
+    ("transform_parallelism", True, 1),
+    ("transform_queue_depth", True, 1),
+    ("shuffle_clump_size", True, 1),
+    ("pack_sequences", True, None),
+    ("eos_id", True, None),
+    ("pad_id", True, None),
+)
+
+# (name, predicate, description) for every non-integer parameter.
+_OTHER_TYPES: tuple[tuple[str, Callable[[object], bool], str], ...] = (
+    ("shuffle", lambda v: isinstance(v, bool), "a bool"),
+    ("split_strategy", lambda v: v is None or callable(v), "None or callable"),
+    ("filter", lambda v: v is None or isinstance(v, str), "None or a SQL string"),
+    ("transform", lambda v: v is None or callable(v), "None or callable"),
+    ("connection_factory", lambda v: v is None or callable(v), "None or callable"),
+    (
+        "columns",
+        lambda v: v is None or (isinstance(v, (list, tuple)) and all(isinstance(c, str) for c in v)),
+        "None or a list of column names",
+    ),
+    (
+        "worker_info_override",
+        lambda v: v is None or (hasattr(v, "id") and hasattr(v, "num_workers")),
+        "None or an object with .id and .num_workers",
+    ),
+)
+
+
+def _check_types(p: Params) -> None:
+    for name, nullable, _ in _INT_PARAMS:
+        value = getattr(p, name)
+        if value is None and nullable:
+            continue
+        if not _is_int(value):
+            raise SpecTypeError(f"{name}_type", f"{name} must be an int, got {value!r}")
+    for name, ok, what in _OTHER_TYPES:
+        value = getattr(p, name)
+        if not ok(value):
+            raise SpecTypeError(f"{name}_type", f"{name} must be {what}, got {value!r}")
+
+
+def _check_minimums(p: Params) -> None:
+    for name, _, minimum in _INT_PARAMS:
+        value = getattr(p, name)
+        if minimum is not None and value is not None:
+            assert isinstance(value, int)
+            require(value >= minimum, f"{name}_out_of_range", f"{name} must be >= {minimum}, got {value}")
+
+
+def _check_packing(p: Params, num_splits: int, table: TableFacts) -> None:
+    pack = p.pack_sequences
+    if pack is None:
+        require(
+            p.blocks_per_epoch is None,
+            "blocks_per_epoch_without_packing",
+            "blocks_per_epoch requires pack_sequences",
+        )
+        return
+    assert isinstance(pack, int)
+    require(pack > 0, "pack_sequences_not_positive", "pack_sequences must be > 0")
+    require(p.eos_id is not None, "eos_id_required", "eos_id is required with pack_sequences")
+    require(p.pad_id is not None, "pad_id_required", "pad_id is required with pack_sequences")
+    for name in ("eos_id", "pad_id"):
+        value = getattr(p, name)
+        assert isinstance(value, int)
+        require(INT64_MIN <= value <= INT64_MAX, f"{name}_out_of_range", f"{name} must fit in int64")
+    bpe = p.blocks_per_epoch
+    require(bpe is not None, "blocks_per_epoch_required", "blocks_per_epoch is required with pack_sequences")
+    if bpe != "auto":
+        require(_is_int(bpe), "blocks_per_epoch_type", "blocks_per_epoch must be a positive int or 'auto'")
+        assert isinstance(bpe, int)
+        require(bpe > 0, "blocks_per_epoch_not_positive", "blocks_per_epoch must be > 0")
+        require(
+            bpe % num_splits == 0,
+            "blocks_per_epoch_not_divisible",
+            f"blocks_per_epoch ({bpe}) must be divisible by num_splits ({num_splits})",
+        )
+    require(p.transform is None, "transform_with_packing", "transform cannot be combined with pack_sequences")
+    cols = p.columns
+    require(
+        isinstance(cols, (list, tuple)) and len(cols) == 1,
+        "packing_columns",
+        "pack_sequences requires columns to name exactly one token column",
+    )
+    assert isinstance(cols, (list, tuple))
+    kind = table.columns.get(cols[0])
+    require(kind is not None, "unknown_column", f"unknown column {cols[0]!r}")
+    require(kind != "scalar", "token_column_not_list", f"{cols[0]} is not a list column")
+    require(kind == "int_list", "token_column_not_integer", f"{cols[0]} does not hold integers")
+
+
+def validate_params(p: Params, table: TableFacts) -> Resolved:
+    """Check constructor parameters in order; return the resolved values.
+
+    Raises:
+        SpecTypeError: a parameter has the wrong type.
+        SpecValueError: a parameter is out of range or inconsistent.
+    """
+    _check_types(p)
+    warnings: list[str] = []
+    io_queue_depth = p.io_queue_depth
+    if p.prefetch_batches is not None:
+        warnings.append("prefetch_batches_deprecated")
+        io_queue_depth = p.prefetch_batches
+    assert isinstance(io_queue_depth, int)
+    _check_minimums(p)
+    world_size, rank = p.world_size, p.rank
+    assert isinstance(world_size, int) and isinstance(rank, int)
+    require(rank < world_size, "rank_out_of_range", f"rank ({rank}) must be < world_size ({world_size})")
+    num_splits = world_size if p.num_splits is None else p.num_splits
+    assert isinstance(num_splits, int)
+    require(
+        num_splits % world_size == 0,
+        "num_splits_not_divisible_by_world_size",
+        f"num_splits ({num_splits}) must be divisible by world_size ({world_size})",
+    )
+    seed, epoch = p.shuffle_seed, p.epoch
+    assert isinstance(epoch, int)
+    if seed is None:
+        require(
+            world_size == 1,
+            "shuffle_seed_none_multi_rank",
+            "shuffle_seed=None would draw a different seed on every rank; pass one seed",
+        )
+    else:
+        assert isinstance(seed, int)
+        require(
+            perm_seed(seed, epoch) < SEED_LIMIT,
+            "shuffle_seed_out_of_range",
+            "shuffle_seed + epoch * 100003 must be < 2**64",
+        )
+    require(io_queue_depth > 0, "io_queue_depth_out_of_range", "io_queue_depth must be > 0")
+    _check_packing(p, num_splits, table)
+    mode = p.on_transform_error
+    require(
+        mode in ERROR_MODES or callable(mode),
+        "on_transform_error_invalid",
+        f"on_transform_error must be 'raise', 'skip', 'warn' or a callable, got {mode!r}",
+    )
+    cols = p.columns
+    if cols is not None:
+        assert isinstance(cols, (list, tuple))
+        require(len(cols) > 0, "columns_empty", "columns must name at least one column")
+        require(len(set(cols)) == len(cols), "columns_duplicate", "columns must not repeat")
+        for name in cols:
+            if name not in table.columns:
+                raise SpecValueError("unknown_column", f"unknown column {name!r}")
+    require(
+        table.rows >= num_splits,
+        "fewer_rows_than_splits",
+        f"{table.rows} rows cannot fill {num_splits} splits of at least one row",
+    )
+    return Resolved(num_splits, io_queue_depth, seed is None, tuple(warnings))

@@ -23,11 +23,8 @@ NOT_PIPELINE = {"spec", "testing", "examples"}
 def _imports(path: Path) -> list[tuple[str, int]]:
     """Absolute module names imported by ``path`` (relative imports resolved)."""
     tree = ast.parse(path.read_text(), filename=str(path))
-    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
-    if parts[-1] == "__init__":
-        parts = parts[:-1]
-    else:
-        parts = parts[:-1]
+    # The package a module lives in (for ``pkg/__init__.py`` that is ``pkg`` itself).
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)[:-1]
     found: list[tuple[str, int]] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):

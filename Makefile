@@ -44,3 +44,7 @@ deep: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+
+## vectors: regenerate the language-neutral test vectors under spec/vectors/
+vectors: $(STAMP)
+	$(PY) -m elastic_loader.testing.vectors generate

@@ -19,7 +19,10 @@ from .packing import PackBuffer, PackedState
 from .rows import RowState
 from .topology import PackingConfig, RunConfig
 
+HEAD_KEYS = ("shuffle_seed", "num_splits", "perm_fingerprint", "epoch")
+"""Leading keys of every checkpoint; ``perm_fingerprint`` only with a ``split_strategy``."""
 ROW_KEYS = ("samples_consumed_per_split", "positions_consumed_per_split")
+PACKED_PROGRESS_KEYS = ("samples_consumed_per_split", "blocks_emitted_per_split", "pack_buffers")
 PACKING_KEYS = ("pack_sequences", "eos_id", "pad_id", "blocks_per_epoch")
 CONFIG_KEYS = ("shuffle_seed", "num_splits", "epoch")
 

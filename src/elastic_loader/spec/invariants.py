@@ -1,0 +1,506 @@
+"""One predicate per named invariant of ``spec/INVARIANTS.md``.
+
+Rules: a predicate is named exactly like the invariant (``FooInv`` for a
+property of one state, ``FooProp`` for a property of a run), returns ``None``
+when it holds and raises :class:`InvariantViolation` (an ``AssertionError``)
+with a counterexample description when it does not. Predicates re-derive what
+they check from first principles (streams, counts, sets) rather than calling
+the function they judge, except where the invariant *is* a relation between
+model functions (for example, merge against a single-rank run).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+
+from .checkpoint import (
+    HEAD_KEYS,
+    PACKED_PROGRESS_KEYS,
+    PACKING_KEYS,
+    ROW_KEYS,
+    join_packed,
+    join_row,
+    load_packed,
+    load_row,
+    merge_state_dicts,
+    snapshot_packed,
+    snapshot_row,
+)
+from .loader import LoaderRun, global_steps, topology_steps
+from .packing import PackedRun, PackedState, iterate_packed
+from .rows import Exhausted, Faults, Raised, RowRun, RowState, Yielded, iterate_rows
+from .topology import (
+    PackingConfig,
+    Permutation,
+    RunConfig,
+    Topology,
+    owned_splits,
+    worker_blocks,
+)
+
+INVARIANT_NAMES = (
+    "PartitionInv",
+    "SplitSizeInv",
+    "ProgressBoundsInv",
+    "SkipAccountingInv",
+    "HonestProgressInv",
+    "CatchUpInv",
+    "MergeLatticeInv",
+    "CheckpointRoundTripInv",
+    "PackingConservationInv",
+    "DocIdsInv",
+    "AutoBudgetInv",
+    "CanonicalOrderProp",
+    "ElasticDeterminismProp",
+    "ResumeEquivalenceProp",
+    "ExactlyOnceProp",
+    "MergeExactProp",
+    "ConsumerCommitProp",
+    "PackingBudgetProp",
+    "RaisePositionProp",
+)
+
+
+class InvariantViolation(AssertionError):
+    """A named invariant does not hold; ``detail`` describes the counterexample."""
+
+    def __init__(self, name: str, detail: str) -> None:
+        super().__init__(f"{name} violated: {detail}")
+        self.name = name
+        self.detail = detail
+
+
+def _check(condition: bool, name: str, detail: str | Callable[[], str]) -> None:
+    if not condition:
+        raise InvariantViolation(name, detail() if callable(detail) else detail)
+
+
+def yieldable(split: Sequence[int], faults: Faults, start: int = 0) -> list[int]:
+    """Positions ``>= start`` a row iterator can yield: not skipped, before the first raising row."""
+    out: list[int] = []
+    for p in range(start, len(split)):
+        if split[p] in faults.raising:
+            break
+        if split[p] not in faults.skipped:
+            out.append(p)
+    return out
+
+
+# ---------------------------------------------------------------- topology
+
+
+def PartitionInv(num_splits: int, world_size: int, num_workers: int) -> None:
+    """The (rank, worker) blocks are contiguous, equally sized and partition ``0..S-1`` in order."""
+    blocks = worker_blocks(num_splits, world_size, num_workers)
+    flat = [s for block in blocks for s in block]
+    _check(
+        flat == list(range(num_splits)),
+        "PartitionInv",
+        f"blocks {blocks} do not partition 0..{num_splits - 1}",
+    )
+    _check(len({len(b) for b in blocks}) == 1, "PartitionInv", f"blocks {blocks} differ in size")
+
+
+def SplitSizeInv(order: Sequence[int], num_splits: int, perm: Permutation) -> None:
+    """Splits have equal length ``m = N // S >= 1``, cover ``order[:S*m]`` in order, drop ``< S`` rows."""
+    m = len(order) // num_splits
+    _check(len(perm) == num_splits, "SplitSizeInv", f"{len(perm)} splits, expected {num_splits}")
+    _check(all(len(s) == m for s in perm), "SplitSizeInv", f"split lengths {[len(s) for s in perm]} != {m}")
+    _check(m >= 1, "SplitSizeInv", "a split is empty")
+    _check(
+        [r for s in perm for r in s] == list(order[: num_splits * m]), "SplitSizeInv", "splits reorder rows"
+    )
+    _check(len(order) - num_splits * m < num_splits, "SplitSizeInv", "more than S-1 rows dropped")
+
+
+# ---------------------------------------------------------------- row progress
+
+
+def ProgressBoundsInv(state: RowState, split_len: int) -> None:
+    """For every split, ``0 <= samples <= positions <= split length``."""
+    for s, (c, p) in enumerate(zip(state.samples, state.positions)):
+        _check(
+            0 <= c <= p <= split_len,
+            "ProgressBoundsInv",
+            f"split {s}: samples={c} positions={p} len={split_len}",
+        )
+
+
+def SkipAccountingInv(perm: Permutation, faults: Faults, state: RowState) -> None:
+    """``positions[s] - samples[s]`` is the number of skipped rows before ``positions[s]``."""
+    for s, (c, p) in enumerate(zip(state.samples, state.positions)):
+        skipped = sum(1 for row in perm[s][:p] if row in faults.skipped)
+        _check(
+            p - c == skipped,
+            "SkipAccountingInv",
+            f"split {s}: positions {p} - samples {c} != {skipped} skipped",
+        )
+
+
+def HonestProgressInv(start: RowState, run: RowRun, owned: Sequence[int]) -> None:
+    """An iterator never changes the progress of splits it does not own."""
+    for i, state in enumerate(run.states):
+        for s in range(len(state.samples)):
+            if s in owned:
+                continue
+            _check(
+                (state.samples[s], state.positions[s]) == (start.samples[s], start.positions[s]),
+                "HonestProgressInv",
+                f"after row {i}, unowned split {s} moved from {start.samples[s]} to {state.samples[s]}",
+            )
+
+
+def CatchUpInv(start: RowState, run: RowRun, owned: Sequence[int]) -> None:
+    """After ``sum(M - samples[s])`` rows (``M`` = owned maximum), all owned splits are at ``M``."""
+    if not owned:
+        return
+    target = max(start.samples[s] for s in owned)
+    deficit = sum(target - start.samples[s] for s in owned)
+    if len(run.rows) < deficit:
+        return
+    after = run.state_after(deficit)
+    counts = [after.samples[s] for s in owned]
+    _check(
+        counts == [target] * len(owned), "CatchUpInv", f"after catch-up of {deficit} rows counts are {counts}"
+    )
+
+
+def CanonicalOrderProp(perm: Permutation, faults: Faults, owned: Sequence[int], run: RowRun) -> None:
+    """Rows come in ``(sample index, split id)`` order, each split's rows are its next yieldable
+    rows, and the run ends only where the next row in that order cannot be yielded."""
+    start = run.start
+    keys = []
+    taken: dict[int, int] = {s: 0 for s in owned}
+    expected = {s: yieldable(perm[s], faults, start.positions[s]) for s in owned}
+    for y in run.rows:
+        _check(y.split in taken, "CanonicalOrderProp", f"row from unowned split {y.split}")
+        i = taken[y.split]
+        _check(
+            i < len(expected[y.split]) and expected[y.split][i] == y.position,
+            "CanonicalOrderProp",
+            f"split {y.split} yielded position {y.position}, expected the next yieldable one",
+        )
+        _check(
+            perm[y.split][y.position] == y.row_id,
+            "CanonicalOrderProp",
+            "row id does not match the permutation",
+        )
+        keys.append((start.samples[y.split] + i, y.split))
+        taken[y.split] = i + 1
+    _check(keys == sorted(keys), "CanonicalOrderProp", f"keys not in (sample, split) order: {keys}")
+    # The run must stop only because some owned split cannot give its next row.
+    blocked = [s for s in owned if taken[s] >= len(expected[s])]
+    _check(bool(blocked), "CanonicalOrderProp", "the run ended although every owned split has rows left")
+
+
+def RaisePositionProp(perm: Permutation, faults: Faults, owned: Sequence[int], run: RowRun) -> None:
+    """A raising row ends the run after every row before its cycle, and is not counted."""
+    end = run.end
+    if not isinstance(end, Raised):
+        return
+    _check(
+        perm[end.split][end.position] in faults.raising,
+        "RaisePositionProp",
+        "raised on a row that does not raise",
+    )
+    _check(end.split in owned, "RaisePositionProp", "raised on an unowned split")
+    last = run.states[-1] if run.states else run.start
+    nxt = yieldable(perm[end.split], faults, last.positions[end.split])
+    first_bad = next(
+        (
+            p
+            for p in range(last.positions[end.split], len(perm[end.split]))
+            if perm[end.split][p] not in faults.skipped
+        ),
+        None,
+    )
+    _check(
+        first_bad == end.position,
+        "RaisePositionProp",
+        f"raised at {end.position}, next unskipped is {first_bad}",
+    )
+    _check(not nxt, "RaisePositionProp", "rows remained yieldable before the raising row")
+    _check(
+        last.positions[end.split] <= end.position,
+        "RaisePositionProp",
+        "the raising row was counted as consumed",
+    )
+    # Cycle boundary: once catch-up is over, no split of the raising cycle was yielded.
+    counts = [last.samples[s] for s in owned]
+    start_max = max(run.start.samples[s] for s in owned)
+    if min(counts) >= start_max:
+        _check(len(set(counts)) == 1, "RaisePositionProp", f"error raised mid-cycle, counts {counts}")
+
+
+# ---------------------------------------------------------------- checkpoints and merge
+
+
+def MergeLatticeInv(a: RowState | PackedState, b: RowState | PackedState, c: RowState | PackedState) -> None:
+    """The join is commutative, associative and idempotent (packed: on states of one run)."""
+    join: Callable[[object, object], object] = join_row if isinstance(a, RowState) else join_packed  # type: ignore[assignment]
+    _check(join(a, b) == join(b, a), "MergeLatticeInv", f"not commutative on {a} and {b}")
+    _check(join(join(a, b), c) == join(a, join(b, c)), "MergeLatticeInv", "not associative")
+    _check(join(a, a) == a, "MergeLatticeInv", f"not idempotent on {a}")
+
+
+def CheckpointRoundTripInv(config: RunConfig, state: RowState | PackedState, split_len: int) -> None:
+    """Save then load is the identity, also through JSON; keys come in the reference's order."""
+    if isinstance(state, RowState):
+        snap = snapshot_row(config, state)
+        keys = [*HEAD_KEYS, *ROW_KEYS]
+        back: object = load_row(config, json.loads(json.dumps(snap)), split_len)
+        again: object = load_row(config, snap, split_len)
+    else:
+        snap = snapshot_packed(config, state)
+        keys = [*HEAD_KEYS, *PACKING_KEYS, *PACKED_PROGRESS_KEYS]
+        back = load_packed(config, json.loads(json.dumps(snap)), split_len)
+        again = load_packed(config, snap, split_len)
+    if config.perm_fingerprint is None:
+        keys.remove("perm_fingerprint")
+    _check(list(snap) == keys, "CheckpointRoundTripInv", f"keys {list(snap)} != {keys}")
+    _check(again == state, "CheckpointRoundTripInv", "load(snapshot(state)) != state")
+    _check(back == state, "CheckpointRoundTripInv", "load(json(snapshot(state))) != state")
+
+
+def MergeExactProp(
+    config: RunConfig,
+    per_rank: Sequence[RowState | PackedState],
+    single: RowState | PackedState,
+) -> None:
+    """Merging every rank's checkpoint at one global step gives the single-rank checkpoint there."""
+    if isinstance(single, RowState):
+        snaps = [snapshot_row(config, s) for s in per_rank if isinstance(s, RowState)]
+        expected = snapshot_row(config, single)
+    else:
+        snaps = [snapshot_packed(config, s) for s in per_rank if isinstance(s, PackedState)]
+        expected = snapshot_packed(config, single)
+    _check(len(snaps) == len(per_rank), "MergeExactProp", "ranks mix row and packed states")
+    merged = merge_state_dicts(snaps)
+    _check(merged == expected, "MergeExactProp", lambda: f"merged {merged} != single-rank {expected}")
+
+
+# ---------------------------------------------------------------- runs across topologies
+
+
+def _first_difference(a: Sequence[object], b: Sequence[object]) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+def ElasticDeterminismProp(
+    config: RunConfig,
+    perm: Permutation,
+    faults: Faults,
+    world_size: int,
+    num_workers: int,
+    cycles_per_step: int,
+) -> None:
+    """Every global step holds the same rows whatever ``world_size`` and ``num_workers`` are."""
+    expected = global_steps(perm, faults, cycles_per_step)
+    got = topology_steps(config, perm, faults, world_size, num_workers, cycles_per_step)
+    _check(
+        got == expected,
+        "ElasticDeterminismProp",
+        lambda: (
+            f"W={world_size} nw={num_workers}: {len(got)} steps vs {len(expected)}; first difference at "
+            f"step {_first_difference(got, expected)}"
+        ),
+    )
+
+
+def ResumeEquivalenceProp(
+    perm: Permutation,
+    faults: Faults,
+    uninterrupted: RowRun | PackedRun,
+    n: int,
+    topology: Topology,
+    corpus: Mapping[int, Sequence[int]] | None = None,
+    packing: PackingConfig | None = None,
+) -> None:
+    """Resuming the checkpoint after ``n`` items on ``topology`` yields the uninterrupted rest.
+
+    ``uninterrupted`` is one iterator over all splits. Each new iterator yields
+    the rest restricted to its splits: exactly, when no split outside it ended
+    the uninterrupted run early; as a prefix otherwise. Packed checkpoints are
+    taken at step boundaries (``n`` a multiple of the split count).
+    """
+    owned = owned_splits(len(perm), topology)
+    keep = set(owned)
+    expected: list[object]
+    got: list[object]
+    if isinstance(uninterrupted, RowRun):
+        resumed_rows = iterate_rows(perm, faults, owned, uninterrupted.state_after(n))
+        expected = [y for y in uninterrupted.rows[n:] if y.split in keep]
+        got = list(resumed_rows.rows)
+    else:
+        assert corpus is not None and packing is not None
+        _check(n % len(perm) == 0, "ResumeEquivalenceProp", "packed checkpoints sit at step boundaries")
+        resumed = iterate_packed(perm, corpus, faults, owned, packing, uninterrupted.state_after(n))
+        expected = [b for b in uninterrupted.blocks[n:] if b.split in keep]
+        got = list(resumed.blocks)
+    _check(
+        got[: len(expected)] == expected, "ResumeEquivalenceProp", f"resumed items on splits {owned} diverge"
+    )
+    if not faults.skipped and not faults.raising:
+        _check(
+            len(got) == len(expected),
+            "ResumeEquivalenceProp",
+            f"resumed {len(got)} items, expected {len(expected)}",
+        )
+
+
+def ExactlyOnceProp(perm: Permutation, faults: Faults, delivered: Sequence[Yielded], finished: bool) -> None:
+    """No row is delivered twice; each split's deliveries are a prefix of its yieldable rows;
+    once a fault-free epoch is finished every row was delivered."""
+    seen: set[tuple[int, int]] = set()
+    per_split: dict[int, set[int]] = {}
+    for y in delivered:
+        key = (y.split, y.position)
+        _check(
+            key not in seen,
+            "ExactlyOnceProp",
+            f"row {y.row_id} (split {y.split}, position {y.position}) twice",
+        )
+        seen.add(key)
+        per_split.setdefault(y.split, set()).add(y.position)
+    for s, positions in per_split.items():
+        allowed = yieldable(perm[s], faults)
+        _check(
+            sorted(positions) == allowed[: len(positions)],
+            "ExactlyOnceProp",
+            f"split {s} delivered {sorted(positions)}, not a prefix of {allowed}",
+        )
+    if finished and not faults.skipped and not faults.raising:
+        total = sum(len(s) for s in perm)
+        _check(
+            len(seen) == total,
+            "ExactlyOnceProp",
+            f"epoch finished with {len(seen)} of {total} rows delivered",
+        )
+
+
+def ConsumerCommitProp(perm: Permutation, faults: Faults, run: LoaderRun, n: int) -> None:
+    """After ``n`` delivered batches, the parent's checkpoint counts exactly the delivered rows."""
+    start = run.start
+    _check(isinstance(start, RowState), "ConsumerCommitProp", "row-mode check given a packed run")
+    assert isinstance(start, RowState)
+    state = run.state_after(n)
+    assert isinstance(state, RowState)
+    delivered = [item for d in run.deliveries[:n] for item in d.items if isinstance(item, Yielded)]
+    for s in range(len(perm)):
+        mine = [y for y in delivered if y.split == s]
+        want_samples = start.samples[s] + len(mine)
+        want_position = mine[-1].position + 1 if mine else start.positions[s]
+        _check(
+            (state.samples[s], state.positions[s]) == (want_samples, want_position),
+            "ConsumerCommitProp",
+            f"after {n} batches split {s} is at {(state.samples[s], state.positions[s])}, "
+            f"delivered rows give {(want_samples, want_position)}",
+        )
+
+
+# ---------------------------------------------------------------- packing
+
+
+def _stream(
+    perm: Permutation,
+    corpus: Mapping[int, Sequence[int]],
+    faults: Faults,
+    config: PackingConfig,
+    start: PackedState,
+    split: int,
+    end_consumed: int,
+) -> tuple[list[int], list[int]]:
+    """The token stream of a split from ``start`` and the document starts in it."""
+    buffer = start.buffer(split)
+    tokens, starts = list(buffer.tokens), list(buffer.starts)
+    for p in range(start.consumed[split], end_consumed):
+        row = perm[split][p]
+        if row in faults.skipped:
+            continue
+        starts.append(len(tokens))
+        tokens.extend(corpus[row])
+        tokens.append(config.eos_id)
+    return tokens, starts
+
+
+def PackingConservationInv(
+    perm: Permutation,
+    corpus: Mapping[int, Sequence[int]],
+    faults: Faults,
+    config: PackingConfig,
+    run: PackedRun,
+) -> None:
+    """Delivered tokens then buffered tokens of a split are exactly its pulled documents, each
+    followed by EOS, in order: nothing lost, nothing repeated, nothing invented."""
+    start = run.start
+    for n in range(len(run.blocks) + 1):
+        state = run.state_after(n)
+        for s in {b.split for b in run.blocks}:
+            delivered = [t for b in run.blocks[:n] if b.split == s for t in b.input_ids[: b.real]]
+            stream, _ = _stream(perm, corpus, faults, config, start, s, state.consumed[s])
+            _check(
+                delivered + list(state.buffer(s).tokens) == stream,
+                "PackingConservationInv",
+                f"split {s} after {n} blocks: delivered+buffer differs from the document stream",
+            )
+            padded = [b for b in run.blocks[:n] if b.split == s and b.real < config.pack_sequences]
+            _check(
+                all(t == config.pad_id for b in padded for t in b.input_ids[b.real :]),
+                "PackingConservationInv",
+                f"split {s}: padding is not pad_id",
+            )
+
+
+def DocIdsInv(
+    perm: Permutation,
+    corpus: Mapping[int, Sequence[int]],
+    faults: Faults,
+    config: PackingConfig,
+    run: PackedRun,
+) -> None:
+    """``doc_ids[k]`` counts the documents that start inside the block at offsets ``1..k``."""
+    length = config.pack_sequences
+    end = run.states[-1] if run.states else run.start
+    for s in {b.split for b in run.blocks}:
+        _, starts = _stream(perm, corpus, faults, config, run.start, s, end.consumed[s])
+        for j, block in enumerate(b for b in run.blocks if b.split == s):
+            base = j * length
+            want = tuple(sum(1 for x in starts if base < x <= base + k) for k in range(length))
+            _check(
+                block.doc_ids == want, "DocIdsInv", f"split {s} block {j}: doc_ids {block.doc_ids} != {want}"
+            )
+
+
+def PackingBudgetProp(config: PackingConfig, num_splits: int, runs: Sequence[PackedRun]) -> None:
+    """Over a whole epoch every split emits exactly ``blocks_per_epoch / S`` blocks of ``L`` tokens."""
+    budget = config.blocks_per_split(num_splits)
+    counts = [0] * num_splits
+    for run in runs:
+        _check(isinstance(run.end, Exhausted), "PackingBudgetProp", f"a run ended with {run.end}")
+        for block in run.blocks:
+            counts[block.split] += 1
+            _check(
+                len(block.input_ids) == config.pack_sequences, "PackingBudgetProp", "block of wrong length"
+            )
+            _check(
+                len(block.doc_ids) == config.pack_sequences, "PackingBudgetProp", "doc_ids of wrong length"
+            )
+    start_emitted = [0] * num_splits
+    for run in runs:
+        for s in range(num_splits):
+            start_emitted[s] = max(start_emitted[s], run.start.emitted[s])
+    totals = [a + b for a, b in zip(counts, start_emitted)]
+    _check(totals == [budget] * num_splits, "PackingBudgetProp", f"blocks per split {totals} != {budget}")
+
+
+def AutoBudgetInv(blocks_per_epoch: int, num_splits: int) -> None:
+    """The ``"auto"`` estimate is a positive multiple of ``num_splits``."""
+    _check(
+        blocks_per_epoch >= num_splits and blocks_per_epoch % num_splits == 0,
+        "AutoBudgetInv",
+        f"auto budget {blocks_per_epoch} is not a positive multiple of {num_splits}",
+    )
+
+
+__all__ = [*INVARIANT_NAMES, "INVARIANT_NAMES", "InvariantViolation", "yieldable"]

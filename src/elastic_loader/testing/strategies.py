@@ -78,8 +78,22 @@ def divisors(n: int) -> list[int]:
 
 
 def split_counts(max_splits: int = MAX_SPLITS) -> st.SearchStrategy[int]:
-    """``num_splits`` values in ``[1, max_splits]``; shrinks towards one split."""
-    return st.integers(1, max_splits)
+    """``num_splits`` values in ``[1, max_splits]``, about uniformly; shrinks towards one split."""
+    return st.sampled_from(range(1, max_splits + 1))
+
+
+def _sessions(max_sessions: int) -> st.SearchStrategy[int]:
+    """A session count in ``[1, max_sessions]`` (0 only when that is the maximum).
+
+    Zero sessions would give the initial state, which zero-length prefixes
+    already produce; starting at one keeps most draws interesting.
+    """
+    return st.sampled_from(range(min(1, max_sessions), max_sessions + 1))
+
+
+def _upto(limit: int) -> st.SearchStrategy[int]:
+    """An int in ``[0, limit]``, about uniformly (``st.integers`` favours the bounds)."""
+    return st.sampled_from(range(limit + 1))
 
 
 @st.composite
@@ -104,8 +118,8 @@ def topologies(draw: st.DrawFn, num_splits: int) -> Topology:
     drawn inside it (``worker_id`` is 0 when ``num_workers`` is 0).
     """
     world_size, num_workers = draw(job_shapes(num_splits))
-    rank = draw(st.integers(0, world_size - 1))
-    worker = draw(st.integers(0, max(1, num_workers) - 1))
+    rank = draw(_upto(world_size - 1))
+    worker = draw(_upto(max(1, num_workers) - 1))
     return Topology(world_size, rank, num_workers, worker)
 
 
@@ -162,8 +176,8 @@ def permutation_cases(
             is faulty.
     """
     s = num_splits if num_splits is not None else draw(split_counts(max_splits))
-    m = draw(st.integers(1, max_split_len))
-    n = s * m + draw(st.integers(0, s - 1))
+    m = draw(st.sampled_from(range(1, max_split_len + 1)))
+    n = s * m + draw(_upto(s - 1))
     ids = st.integers(0, ROW_ID_LIMIT - 1)
     if duplicates:
         pool = draw(st.lists(ids, min_size=1, max_size=n, unique=True))
@@ -201,6 +215,7 @@ def fault_sets(
     *,
     allow_skip: bool = True,
     allow_raise: bool = True,
+    max_skipped: int | None = None,
     max_raising: int = 2,
 ) -> Faults:
     """Disjoint sets of ``perm``'s row ids whose transform is skipped or raises.
@@ -210,6 +225,7 @@ def fault_sets(
         allow_skip: draw a (possibly empty) set of skipped rows.
         allow_raise: draw a (possibly empty) set of raising rows, disjoint from
             the skipped ones.
+        max_skipped: at most this many skipped rows; default half the rows.
         max_raising: at most this many raising rows (a raising row ends an
             iteration, so more than a few only shortens runs).
     """
@@ -217,7 +233,8 @@ def fault_sets(
     skipped: frozenset[int] = frozenset()
     raising: frozenset[int] = frozenset()
     if allow_skip:
-        skipped = frozenset(draw(st.sets(st.sampled_from(rows))))
+        limit = len(rows) // 2 if max_skipped is None else max_skipped
+        skipped = frozenset(draw(st.sets(st.sampled_from(rows), max_size=limit)))
     rest = [r for r in rows if r not in skipped]
     if allow_raise and rest:
         raising = frozenset(draw(st.sets(st.sampled_from(rest), max_size=max_raising)))
@@ -269,16 +286,16 @@ def row_progress(
     num_splits = len(perm)
     state = initial_row_state(num_splits)
     delivered: list[Yielded] = []
-    sessions = draw(st.integers(0, max_sessions))
+    sessions = draw(_sessions(max_sessions))
     for _ in range(sessions):
         world_size, num_workers = draw(job_shapes(num_splits))
         iterators = job_iterators(num_splits, world_size, num_workers)
         runs = [iterate_rows(perm, faults, owned, state) for owned in iterators]
         if aligned:
-            cycles = draw(st.integers(0, min(len(r.rows) // len(o) for r, o in zip(runs, iterators))))
+            cycles = draw(_upto(min(len(r.rows) // len(o) for r, o in zip(runs, iterators))))
             cuts = [cycles * len(owned) for owned in iterators]
         else:
-            cuts = [draw(st.integers(0, len(run.rows))) for run in runs]
+            cuts = [draw(_upto(len(run.rows))) for run in runs]
         state = functools.reduce(join_row, [run.state_after(k) for run, k in zip(runs, cuts)])
         for run, k in zip(runs, cuts):
             delivered.extend(run.rows[:k])
@@ -296,18 +313,51 @@ def reachable_row_states(
     return row_progress(perm, faults, aligned=aligned, max_sessions=max_sessions).map(lambda p: p.state)
 
 
+@dataclass(frozen=True)
+class RowCase:
+    """One row-mode iterator run to its end: its inputs and its :class:`RowRun`."""
+
+    perm: Permutation
+    faults: Faults
+    topology: Topology
+    owned: tuple[int, ...]
+    """The splits the iterator reads, ``owned_splits(len(perm), topology)``."""
+    run: RowRun
+    """``iterate_rows(perm, faults, owned, run.start)``; ``run.start`` is reachable."""
+
+    @property
+    def split_len(self) -> int:
+        """Rows per split."""
+        return len(self.perm[0])
+
+
 @st.composite
-def row_runs(
+def row_cases(
     draw: st.DrawFn,
-    perm: Permutation,
-    faults: Faults,
     *,
     aligned: bool = False,
-) -> tuple[Topology, RowRun]:
-    """One iterator on a drawn topology, run to its end from a reachable state."""
+    allow_skip: bool = True,
+    allow_raise: bool = True,
+    duplicates: bool = False,
+    max_splits: int = MAX_SPLITS,
+    max_split_len: int = MAX_SPLIT_LEN,
+) -> RowCase:
+    """A permutation, faults, a topology and one iterator run from a reachable state.
+
+    Args:
+        aligned: start from a global step boundary (see :func:`row_progress`).
+        allow_skip: let some rows be skipped.
+        allow_raise: let some rows raise.
+        duplicates: let row ids repeat (see :func:`permutation_cases`).
+        max_splits: upper bound of ``num_splits``.
+        max_split_len: upper bound of the rows per split.
+    """
+    perm = draw(permutations(max_splits=max_splits, max_split_len=max_split_len, duplicates=duplicates))
+    faults = draw(fault_sets(perm, allow_skip=allow_skip, allow_raise=allow_raise))
     topology = draw(topologies(len(perm)))
     start = draw(reachable_row_states(perm, faults, aligned=aligned))
-    return topology, iterate_rows(perm, faults, owned_splits(len(perm), topology), start)
+    owned = owned_splits(len(perm), topology)
+    return RowCase(perm, faults, topology, owned, iterate_rows(perm, faults, owned, start))
 
 
 # ---------------------------------------------------------------- packing
@@ -328,10 +378,10 @@ def packing_configs(
     token values to find documents or padding.
     """
     return PackingConfig(
-        pack_sequences=draw(st.integers(1, max_pack_len)),
+        pack_sequences=draw(st.sampled_from(range(1, max_pack_len + 1))),
         eos_id=draw(st.integers(-2, 9)),
         pad_id=draw(st.integers(-2, 9)),
-        blocks_per_epoch=num_splits * draw(st.integers(1, max_blocks_per_split)),
+        blocks_per_epoch=num_splits * draw(st.sampled_from(range(1, max_blocks_per_split + 1))),
     )
 
 
@@ -386,15 +436,15 @@ def packed_progress(
     num_splits = len(perm)
     state = initial_packed_state(num_splits)
     delivered: list[Block] = []
-    sessions = draw(st.integers(0, max_sessions))
+    sessions = draw(_sessions(max_sessions))
     for i in range(sessions):
         world_size, num_workers = draw(job_shapes(num_splits))
         iterators = job_iterators(num_splits, world_size, num_workers)
         runs = [iterate_packed(perm, corpus, faults, owned, config, state) for owned in iterators]
         if not aligned and i == sessions - 1:
-            cuts = [draw(st.integers(0, len(run.blocks))) for run in runs]
+            cuts = [draw(_upto(len(run.blocks))) for run in runs]
         else:
-            cycles = draw(st.integers(0, min(len(r.blocks) // len(o) for r, o in zip(runs, iterators))))
+            cycles = draw(_upto(min(len(r.blocks) // len(o) for r, o in zip(runs, iterators))))
             cuts = [cycles * len(owned) for owned in iterators]
         state = functools.reduce(join_packed, [run.state_after(k) for run, k in zip(runs, cuts)])
         for run, k in zip(runs, cuts):
@@ -446,13 +496,40 @@ def packed_cases(
     )
 
 
+@dataclass(frozen=True)
+class PackedRunCase:
+    """One packed iterator run to its end: its inputs and its :class:`PackedRun`."""
+
+    case: PackedCase
+    topology: Topology
+    owned: tuple[int, ...]
+    run: PackedRun
+    """``iterate_packed(...)`` from ``run.start``, a reachable global step boundary."""
+
+
 @st.composite
-def packed_runs(draw: st.DrawFn, case: PackedCase) -> tuple[Topology, PackedRun]:
-    """One packed iterator on a drawn topology, run to its end from a reachable step boundary."""
+def packed_run_cases(
+    draw: st.DrawFn,
+    *,
+    allow_skip: bool = True,
+    allow_raise: bool = True,
+    max_splits: int = MAX_SPLITS,
+    max_split_len: int = MAX_SPLIT_LEN,
+) -> PackedRunCase:
+    """A :func:`packed_cases` draw, a topology and one packed iterator run from a reachable state."""
+    case = draw(
+        packed_cases(
+            max_splits=max_splits,
+            max_split_len=max_split_len,
+            allow_skip=allow_skip,
+            allow_raise=allow_raise,
+        )
+    )
     topology = draw(topologies(len(case.perm)))
     start = draw(reachable_packed_states(case.perm, case.corpus, case.faults, case.config))
     owned = owned_splits(len(case.perm), topology)
-    return topology, iterate_packed(case.perm, case.corpus, case.faults, owned, case.config, start)
+    run = iterate_packed(case.perm, case.corpus, case.faults, owned, case.config, start)
+    return PackedRunCase(case, topology, owned, run)
 
 
 # ---------------------------------------------------------------- configurations
@@ -510,7 +587,9 @@ __all__ = [
     "Corpus",
     "PackedCase",
     "PackedProgress",
+    "PackedRunCase",
     "PermutationCase",
+    "RowCase",
     "RowProgress",
     "corpora",
     "divisors",
@@ -521,7 +600,7 @@ __all__ = [
     "job_shapes",
     "packed_cases",
     "packed_progress",
-    "packed_runs",
+    "packed_run_cases",
     "packing_configs",
     "permutation_cases",
     "permutation_rows",
@@ -529,7 +608,7 @@ __all__ = [
     "reachable_packed_states",
     "reachable_row_states",
     "row_progress",
-    "row_runs",
+    "row_cases",
     "run_configs",
     "split_counts",
     "token_lists",

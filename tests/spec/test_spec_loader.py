@@ -1,0 +1,226 @@
+"""Runs across topologies, resumes and ``StreamingDataLoader`` commits, against the model alone."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from elastic_loader.spec import (
+    Faults,
+    PackedState,
+    PackingConfig,
+    Permutation,
+    RowState,
+    RunConfig,
+    Topology,
+    Yielded,
+    cut_splits,
+    initial_packed_state,
+    initial_row_state,
+    iterate_packed,
+    iterate_rows,
+    load_row,
+    merge_state_dicts,
+    rank_splits,
+    run_loader,
+    snapshot_row,
+)
+from elastic_loader.spec.errors import SpecRuntimeError
+from elastic_loader.spec.invariants import (
+    ConsumerCommitProp,
+    ElasticDeterminismProp,
+    ExactlyOnceProp,
+    ResumeEquivalenceProp,
+)
+from elastic_loader.testing.strategies import (
+    fault_sets,
+    job_shapes,
+    packed_cases,
+    permutations,
+    reachable_packed_states,
+    reachable_row_states,
+    row_progress,
+    run_configs,
+    topologies,
+)
+
+# ---------------------------------------------------------------- ElasticDeterminismProp
+
+
+@given(st.data())
+def test_ElasticDeterminismProp(data: st.DataObject) -> None:
+    perm = data.draw(permutations(), label="perm")
+    faults = data.draw(fault_sets(perm), label="faults")
+    config = data.draw(run_configs(len(perm)), label="config")
+    world_size, num_workers = data.draw(job_shapes(len(perm)), label="shape")
+    cycles = data.draw(st.integers(1, 3), label="cycles_per_step")
+    ElasticDeterminismProp(config, perm, faults, world_size, num_workers, cycles)
+
+
+def test_ElasticDeterminismProp_every_shape_of_twelve_splits() -> None:
+    """R4.8: with S = 12 every (W, nw) gives the same global steps (no faults, then skips)."""
+    perm = cut_splits(range(100, 160), 12)
+    config = RunConfig(num_splits=12, shuffle_seed=0, epoch=0)
+    shapes = [
+        (w, nw) for w in (1, 2, 3, 4, 6, 12) for nw in (0, 1, 2, 3, 4, 6, 12) if nw == 0 or 12 // w % nw == 0
+    ]
+    for faults in (Faults(), Faults(skipped=frozenset({101, 130, 131}))):
+        for world_size, num_workers in shapes:
+            ElasticDeterminismProp(config, perm, faults, world_size, num_workers, 2)
+
+
+# ---------------------------------------------------------------- ResumeEquivalenceProp
+
+
+@given(st.data())
+def test_ResumeEquivalenceProp_rows(data: st.DataObject) -> None:
+    perm = data.draw(permutations(), label="perm")
+    faults = data.draw(fault_sets(perm), label="faults")
+    start = data.draw(reachable_row_states(perm, faults), label="start")
+    uninterrupted = iterate_rows(perm, faults, tuple(range(len(perm))), start)
+    n = data.draw(st.integers(0, len(uninterrupted.rows)), label="n")
+    topology = data.draw(topologies(len(perm)), label="topology")
+    ResumeEquivalenceProp(perm, faults, uninterrupted, n, topology)
+
+
+@given(st.data())
+def test_ResumeEquivalenceProp_rows_no_faults(data: st.DataObject) -> None:
+    """Without faults the resumed iterator yields exactly the rest (the predicate checks lengths too)."""
+    perm = data.draw(permutations(), label="perm")
+    start = data.draw(reachable_row_states(perm, Faults()), label="start")
+    uninterrupted = iterate_rows(perm, Faults(), tuple(range(len(perm))), start)
+    n = data.draw(st.integers(0, len(uninterrupted.rows)), label="n")
+    topology = data.draw(topologies(len(perm)), label="topology")
+    ResumeEquivalenceProp(perm, Faults(), uninterrupted, n, topology)
+
+
+@given(st.data())
+def test_ResumeEquivalenceProp_packed(data: st.DataObject) -> None:
+    case = data.draw(packed_cases(), label="case")
+    num_splits = len(case.perm)
+    start = data.draw(reachable_packed_states(case.perm, case.corpus, case.faults, case.config))
+    everything = tuple(range(num_splits))
+    uninterrupted = iterate_packed(case.perm, case.corpus, case.faults, everything, case.config, start)
+    n = num_splits * data.draw(st.integers(0, len(uninterrupted.blocks) // num_splits), label="steps")
+    topology = data.draw(topologies(num_splits), label="topology")
+    ResumeEquivalenceProp(
+        case.perm, case.faults, uninterrupted, n, topology, corpus=case.corpus, packing=case.config
+    )
+
+
+def test_ResumeEquivalenceProp_mid_cycle_example() -> None:
+    """R4.1/R4.4 (verified): a checkpoint mid-cycle resumes with the rest of that cycle."""
+    perm = cut_splits(range(100, 116), 4)
+    run = iterate_rows(perm, Faults(), (0, 1, 2, 3), initial_row_state(4))
+    resumed = iterate_rows(perm, Faults(), (0, 1, 2, 3), run.state_after(6))
+    assert [(y.split, y.position) for y in resumed.rows[:2]] == [(2, 1), (3, 1)]
+    assert resumed.rows == run.rows[6:]
+    ResumeEquivalenceProp(perm, Faults(), run, 6, Topology())
+
+
+# ---------------------------------------------------------------- ExactlyOnceProp
+
+
+@given(st.data())
+def test_ExactlyOnceProp(data: st.DataObject) -> None:
+    """Sessions on changing topologies, merged each time, then one iterator to the end."""
+    perm = data.draw(permutations(), label="perm")
+    faults = data.draw(fault_sets(perm), label="faults")
+    progress = data.draw(row_progress(perm, faults), label="progress")
+    ExactlyOnceProp(perm, faults, progress.delivered, finished=False)
+    final = iterate_rows(perm, faults, tuple(range(len(perm))), progress.state)
+    ExactlyOnceProp(perm, faults, [*progress.delivered, *final.rows], finished=True)
+
+
+@given(st.data())
+def test_ExactlyOnceProp_no_faults(data: st.DataObject) -> None:
+    """Without faults a finished epoch delivered every row (the predicate's completeness clause)."""
+    perm = data.draw(permutations(), label="perm")
+    progress = data.draw(row_progress(perm, Faults()), label="progress")
+    final = iterate_rows(perm, Faults(), tuple(range(len(perm))), progress.state)
+    ExactlyOnceProp(perm, Faults(), [*progress.delivered, *final.rows], finished=True)
+
+
+def _loader_session(
+    data: st.DataObject, config: RunConfig, perm: Permutation, faults: Faults, state: RowState
+) -> tuple[list[Yielded], RowState]:
+    """Every rank runs a StreamingDataLoader, stops after some batches; their checkpoints are merged."""
+    num_splits = len(perm)
+    world_size, num_workers = data.draw(job_shapes(num_splits), label="shape")
+    batch = data.draw(st.integers(1, 4), label="batch_size")
+    delivered: list[Yielded] = []
+    snapshots = []
+    for rank in range(world_size):
+        mine = rank_splits(num_splits, world_size, rank)
+        workers = num_workers if len({state.samples[s] for s in mine}) == 1 else min(num_workers, 1)
+        run = run_loader(config, perm, faults, Topology(world_size, rank, workers), state, batch)
+        n = data.draw(st.integers(0, len(run.deliveries)), label=f"batches of rank {rank}")
+        delivered += [y for d in run.deliveries[:n] for y in d.items if isinstance(y, Yielded)]
+        parent = run.state_after(n)
+        assert isinstance(parent, RowState)
+        snapshots.append(snapshot_row(config, parent))
+    return delivered, load_row(config, merge_state_dicts(snapshots), len(perm[0]))
+
+
+@given(st.data())
+def test_ExactlyOnceProp_loader(data: st.DataObject) -> None:
+    """End to end: loaders on every rank, consumer commits, merge, resume on another topology."""
+    perm = data.draw(permutations(), label="perm")
+    faults = data.draw(fault_sets(perm), label="faults")
+    config = data.draw(run_configs(len(perm)), label="config")
+    state = initial_row_state(len(perm))
+    delivered: list[Yielded] = []
+    for _ in range(data.draw(st.integers(1, 3), label="sessions")):
+        more, state = _loader_session(data, config, perm, faults, state)
+        delivered += more
+        ExactlyOnceProp(perm, faults, delivered, finished=False)
+    final = iterate_rows(perm, faults, tuple(range(len(perm))), state)
+    ExactlyOnceProp(perm, faults, [*delivered, *final.rows], finished=True)
+
+
+# ---------------------------------------------------------------- ConsumerCommitProp
+
+
+@given(st.data())
+def test_ConsumerCommitProp(data: st.DataObject) -> None:
+    perm = data.draw(permutations(), label="perm")
+    faults = data.draw(fault_sets(perm), label="faults")
+    config = data.draw(run_configs(len(perm)), label="config")
+    topology = data.draw(topologies(len(perm)), label="topology")
+    # Several workers need a step boundary to start (R8.3); one worker may start mid-cycle.
+    start = data.draw(reachable_row_states(perm, faults, aligned=topology.num_workers > 1), label="start")
+    batch = data.draw(st.integers(1, 5), label="batch_size")
+    run = run_loader(config, perm, faults, topology, start, batch)
+    for n in range(len(run.deliveries) + 1):
+        ConsumerCommitProp(perm, faults, run, n)
+
+
+def test_ConsumerCommitProp_two_workers_uniform_every_second_batch() -> None:
+    """R8.6 (verified): nw=2, batch = 2 splits x 2 cycles; the rank is uniform after every 2nd batch."""
+    perm = cut_splits(range(32), 4)
+    config = RunConfig(num_splits=4, shuffle_seed=0, epoch=0)
+    run = run_loader(config, perm, Faults(), Topology(1, 0, 2), initial_row_state(4), 4)
+    assert [(d.worker, d.index) for d in run.deliveries[:4]] == [(0, 0), (1, 0), (0, 1), (1, 1)]
+    uniform = [
+        len(set(d.committed.samples)) == 1 for d in run.deliveries if isinstance(d.committed, RowState)
+    ]
+    assert uniform == [i % 2 == 1 for i in range(len(uniform))]
+    for n in range(len(run.deliveries) + 1):
+        ConsumerCommitProp(perm, Faults(), run, n)
+
+
+def test_loader_packed_start_needs_a_step_boundary() -> None:
+    """R8.3: a packed loader starting from a state whose rank splits emitted unequal counts is refused."""
+    packing = PackingConfig(pack_sequences=2, eos_id=9, pad_id=0, blocks_per_epoch=4)
+    config = RunConfig(num_splits=2, shuffle_seed=0, epoch=0, packing=packing)
+    perm = cut_splits(range(4), 2)
+    corpus = {r: (r,) for r in range(4)}
+    ragged = PackedState((1, 0), (1, 0), {})
+    try:
+        run_loader(config, perm, Faults(), Topology(), ragged, 1, corpus)
+    except SpecRuntimeError as exc:
+        assert exc.code == "loader_start_not_at_step_boundary"
+    else:
+        raise AssertionError("a packed loader started mid-cycle")
+    run = run_loader(config, perm, Faults(), Topology(), initial_packed_state(2), 1, corpus)
+    assert len(run.deliveries) == 4

@@ -1,0 +1,308 @@
+# Checkpoint dicts: writing, validating, merging and committing them.
+#
+# Rules: the keys and their order are lancedb.streaming's, so checkpoints are
+# interchangeable. Every reader of a checkpoint (load, merge, commit) goes
+# through ``parse`` and rejects the same malformed inputs with ValueError
+# (TypeError when the checkpoint is not a dict). Row progress merges by
+# element-wise maximum; packed progress per split by the larger
+# (blocks emitted, position consumed), ties to the earlier state.
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+SAMPLES = "samples_consumed_per_split"
+POSITIONS = "positions_consumed_per_split"
+EMITTED = "blocks_emitted_per_split"
+BUFFERS = "pack_buffers"
+FINGERPRINT = "perm_fingerprint"
+CONFIG = ("shuffle_seed", "num_splits", "epoch")
+PACKING = ("pack_sequences", "eos_id", "pad_id", "blocks_per_epoch")
+
+
+@dataclass
+class RowProgress:
+    samples: list[int]
+    positions: list[int]
+
+
+@dataclass
+class PackedProgress:
+    consumed: list[int]
+    emitted: list[int]
+    buffers: dict[int, tuple[list[int], list[int]]] = field(default_factory=dict)
+    """Split -> (tokens, document starts); only non-empty buffers."""
+
+
+Progress = RowProgress | PackedProgress
+
+
+@dataclass(frozen=True)
+class Identity:
+    """What a checkpoint must agree on with the dataset that loads it."""
+
+    shuffle_seed: int
+    num_splits: int
+    epoch: int
+    fingerprint: str | None
+    packing: tuple[int, int, int, int] | None  # pack_sequences, eos_id, pad_id, blocks_per_epoch
+
+    def head(self) -> dict[str, object]:
+        out: dict[str, object] = {"shuffle_seed": self.shuffle_seed, "num_splits": self.num_splits}
+        if self.fingerprint is not None:
+            out[FINGERPRINT] = self.fingerprint
+        out["epoch"] = self.epoch
+        if self.packing is not None:
+            out.update(zip(PACKING, self.packing))
+        return out
+
+
+def snapshot(identity: Identity, progress: Progress) -> dict[str, object]:
+    """The checkpoint dict (keys in lancedb.streaming's order)."""
+    out = identity.head()
+    if isinstance(progress, RowProgress):
+        out[SAMPLES] = list(progress.samples)
+        out[POSITIONS] = list(progress.positions)
+    else:
+        out[SAMPLES] = list(progress.consumed)
+        out[EMITTED] = list(progress.emitted)
+        out[BUFFERS] = {
+            split: {"tokens": list(tokens), "starts": list(starts)}
+            for split, (tokens, starts) in sorted(progress.buffers.items())
+            if tokens
+        }
+    return out
+
+
+# ------------------------------------------------------------------ parsing
+
+
+def _as_dict(state: object) -> Mapping[str, object]:
+    if not isinstance(state, Mapping):
+        raise TypeError(f"a checkpoint must be a dict, got {type(state).__name__}")
+    return state
+
+
+def _need_keys(state: Mapping[str, object], keys: Sequence[str]) -> None:
+    missing = [k for k in keys if k not in state]
+    if missing:
+        raise ValueError(f"checkpoint is missing {', '.join(repr(k) for k in missing)}")
+
+
+def _int(value: object, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{what} must hold ints, got {value!r}")
+    return value
+
+
+def _int_list(value: object, length: int, what: str) -> list[int]:
+    if not isinstance(value, (list, tuple)):
+        raise ValueError(f"{what} must be a list, got {type(value).__name__}")
+    if len(value) != length:
+        raise ValueError(f"{what} has {len(value)} entries; the dataset has {length} splits")
+    out = [_int(v, what) for v in value]
+    if any(v < 0 for v in out):
+        raise ValueError(f"{what} holds a negative value")
+    return out
+
+
+def is_packed(state: Mapping[str, object]) -> bool:
+    return BUFFERS in state
+
+
+def _parse_row(state: Mapping[str, object], num_splits: int) -> RowProgress:
+    _need_keys(state, (SAMPLES,))
+    raw = state[SAMPLES]
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        if raw < 0:
+            raise ValueError(f"{SAMPLES} is negative")
+        samples = [raw] * num_splits
+    else:
+        samples = _int_list(raw, num_splits, SAMPLES)
+    raw_positions = state.get(POSITIONS)
+    positions = list(samples) if raw_positions is None else _int_list(raw_positions, num_splits, POSITIONS)
+    bad = [s for s in range(num_splits) if positions[s] < samples[s]]
+    if bad:
+        raise ValueError(f"split {bad[0]} has fewer positions than samples consumed")
+    return RowProgress(samples, positions)
+
+
+def _split_key(key: object, num_splits: int) -> int:
+    if isinstance(key, str) and key.isdigit():
+        key = int(key)
+    if isinstance(key, bool) or not isinstance(key, int) or not 0 <= key < num_splits:
+        raise ValueError(f"{BUFFERS} key {key!r} is not a split id in [0, {num_splits})")
+    return key
+
+
+def _parse_packed(state: Mapping[str, object], num_splits: int) -> PackedProgress:
+    _need_keys(state, (SAMPLES, EMITTED, BUFFERS))
+    consumed = _int_list(state[SAMPLES], num_splits, SAMPLES)
+    emitted = _int_list(state[EMITTED], num_splits, EMITTED)
+    raw = state[BUFFERS]
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"{BUFFERS} must be a dict")
+    buffers: dict[int, tuple[list[int], list[int]]] = {}
+    for key, value in raw.items():
+        split = _split_key(key, num_splits)
+        if split in buffers:
+            raise ValueError(f"{BUFFERS} has two entries for split {split}")
+        if not isinstance(value, Mapping) or "tokens" not in value or "starts" not in value:
+            raise ValueError(f"{BUFFERS}[{key!r}] must be a dict with 'tokens' and 'starts'")
+        tokens_raw, starts_raw = value["tokens"], value["starts"]
+        if not isinstance(tokens_raw, (list, tuple)) or not isinstance(starts_raw, (list, tuple)):
+            raise ValueError(f"{BUFFERS}[{key!r}] tokens and starts must be lists")
+        tokens = [_int(t, "pack buffer tokens") for t in tokens_raw]
+        starts = [_int(t, "pack buffer starts") for t in starts_raw]
+        ordered = all(a < b for a, b in itertools.pairwise(starts))
+        if not ordered or any(not 0 <= s < len(tokens) for s in starts):
+            raise ValueError(f"{BUFFERS}[{key!r}] starts must increase strictly and index its tokens")
+        if tokens:
+            buffers[split] = (tokens, starts)
+    return PackedProgress(consumed, emitted, buffers)
+
+
+def _check_identity(state: Mapping[str, object], identity: Identity) -> None:
+    _need_keys(state, CONFIG)
+    for key in CONFIG:
+        ours = getattr(identity, key)
+        if state[key] != ours:
+            raise ValueError(f"{key} mismatch: checkpoint has {state[key]!r}, this dataset has {ours!r}")
+    theirs = state.get(FINGERPRINT)
+    if theirs is not None and theirs != identity.fingerprint:
+        raise ValueError(
+            "perm_fingerprint mismatch: the checkpoint was written for a different permutation"
+            + ("" if identity.fingerprint is not None else " (this dataset does not use split_strategy)")
+        )
+    if theirs is None and identity.fingerprint is not None:
+        raise ValueError("the checkpoint has no perm_fingerprint, but this dataset uses split_strategy")
+    if is_packed(state) != (identity.packing is not None):
+        raise ValueError(
+            "cannot load a "
+            + ("packed" if is_packed(state) else "row-mode")
+            + " checkpoint into a "
+            + ("packed" if identity.packing is not None else "row-mode")
+            + " dataset"
+        )
+    if identity.packing is not None:
+        _need_keys(state, PACKING)
+        for key, ours in zip(PACKING, identity.packing):
+            if state[key] != ours:
+                raise ValueError(f"{key} mismatch: checkpoint has {state[key]!r}, this dataset has {ours!r}")
+
+
+def parse_for(identity: Identity, state: object, split_len: int) -> Progress:
+    """Validate ``state`` for a dataset with ``identity`` and return its progress.
+
+    Raises:
+        TypeError: ``state`` is not a dict.
+        ValueError: a missing key, a mismatched setting, a list of the wrong
+            length, or progress outside the split or the block budget.
+    """
+    st = _as_dict(state)
+    _check_identity(st, identity)
+    if identity.packing is None:
+        row = _parse_row(st, identity.num_splits)
+        if any(p > split_len for p in row.positions):
+            raise ValueError(f"checkpoint progress lies beyond the end of the splits ({split_len} rows each)")
+        return row
+    packed = _parse_packed(st, identity.num_splits)
+    budget = identity.packing[3] // identity.num_splits
+    if any(c > split_len for c in packed.consumed):
+        raise ValueError(f"checkpoint progress lies beyond the end of the splits ({split_len} rows each)")
+    if any(e > budget for e in packed.emitted):
+        raise ValueError(f"checkpoint emitted more blocks than the budget of {budget} per split")
+    return packed
+
+
+def commit(identity: Identity, parent: Progress, incoming: object) -> Progress:
+    """Fold one consumed worker batch's checkpoint into the parent's progress."""
+    st = _as_dict(incoming)
+    _check_identity(st, identity)
+    if isinstance(parent, RowProgress):
+        return _join_rows([parent, _parse_row(st, identity.num_splits)])
+    return _join_packed([parent, _parse_packed(st, identity.num_splits)])
+
+
+def _join_rows(states: Sequence[RowProgress]) -> RowProgress:
+    return RowProgress(
+        [max(values) for values in zip(*(s.samples for s in states))],
+        [max(values) for values in zip(*(s.positions for s in states))],
+    )
+
+
+def _join_packed(states: Sequence[PackedProgress]) -> PackedProgress:
+    first = states[0]
+    consumed, emitted = list(first.consumed), list(first.emitted)
+    buffers = dict(first.buffers)
+    for other in states[1:]:
+        for s in range(len(emitted)):
+            if (other.emitted[s], other.consumed[s]) > (emitted[s], consumed[s]):
+                emitted[s], consumed[s] = other.emitted[s], other.consumed[s]
+                if s in other.buffers:
+                    buffers[s] = other.buffers[s]
+                else:
+                    buffers.pop(s, None)
+    return PackedProgress(consumed, emitted, buffers)
+
+
+def _identity_of(state: Mapping[str, object]) -> Identity:
+    num_splits = _int(state["num_splits"], "num_splits")
+    if num_splits <= 0:
+        raise ValueError("num_splits must be > 0")
+    fingerprint = state.get(FINGERPRINT)
+    if fingerprint is not None and not isinstance(fingerprint, str):
+        raise ValueError("perm_fingerprint must be a string")
+    packing = None
+    if is_packed(state):
+        values = tuple(_int(state[k], k) for k in PACKING)
+        packing = (values[0], values[1], values[2], values[3])
+    return Identity(
+        _int(state["shuffle_seed"], "shuffle_seed"),
+        num_splits,
+        _int(state["epoch"], "epoch"),
+        fingerprint,
+        packing,
+    )
+
+
+def merge_state_dicts(states: Sequence[object]) -> dict[str, object]:
+    """Merge the checkpoints of every rank, taken at the same global step, into one.
+
+    Row mode takes each split's progress from the state that went furthest in it
+    (each rank is exact for its own splits and reports the values it loaded for
+    the others). Packed mode does the same by (blocks emitted, position) and
+    requires that the result is at one global step for every split.
+
+    Raises:
+        TypeError: a state is not a dict.
+        ValueError: no states, a missing key, mixed row/packed states, different
+            settings, lists of the wrong length, or packed states that do not
+            cover every rank at the same step.
+    """
+    if not states:
+        raise ValueError("merge_state_dicts needs at least one state dict")
+    parsed = [_as_dict(s) for s in states]
+    first = parsed[0]
+    keys = CONFIG + (PACKING if is_packed(first) else ())
+    for st in parsed:
+        if is_packed(st) != is_packed(first):
+            raise ValueError("cannot merge packed and row-mode state dicts")
+        _need_keys(st, keys)
+    for st in parsed[1:]:
+        for key in keys:
+            if st[key] != first[key]:
+                raise ValueError(f"{key} mismatch across state dicts: {st[key]!r} != {first[key]!r}")
+        if st.get(FINGERPRINT) != first.get(FINGERPRINT):
+            raise ValueError("perm_fingerprint mismatch across state dicts")
+    identity = _identity_of(first)
+    if identity.packing is None:
+        return snapshot(identity, _join_rows([_parse_row(st, identity.num_splits) for st in parsed]))
+    merged = _join_packed([_parse_packed(st, identity.num_splits) for st in parsed])
+    if len(set(merged.emitted)) > 1:
+        raise ValueError(
+            "packed state dicts were not taken at the same global step, or do not cover every rank "
+            f"(blocks emitted per split after merging: {merged.emitted})"
+        )
+    return snapshot(identity, merged)

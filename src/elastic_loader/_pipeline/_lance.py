@@ -1,0 +1,282 @@
+# The one module that talks to LanceDB.
+#
+# Rules: everything LanceDB-specific lives here: building the permutation with
+# LanceDB's permutation builder (same seed rule as lancedb.streaming), reading
+# rows by row id in a given order, describing a table so a worker process can
+# reopen it, and schema lookups. Readers are pinned to the table version the
+# permutation was built from. No credentials leave the process unless the user
+# asks for it.
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import pyarrow as pa
+
+EPOCH_PRIME = 100003
+_PERM_MEMORY_ENV = "LANCEDB_PERM_BUILDER_MEMORY_LIMIT"
+_PERM_BYTES_PER_ROW = 96  # generous per-row sort budget of the permutation builder
+_SECRET_MARKERS = ("secret", "token", "password", "credential", "key", "sas")
+
+
+@dataclass(frozen=True)
+class Permutation:
+    """Row ids of every split, ``rows[s, p]`` = row id at position ``p`` of split ``s``."""
+
+    rows: np.ndarray
+    fingerprint: str | None
+    base_version: int | None
+
+    @property
+    def num_splits(self) -> int:
+        return int(self.rows.shape[0])
+
+    @property
+    def split_len(self) -> int:
+        return int(self.rows.shape[1])
+
+
+def column_kind(table: Any, name: str) -> str | None:
+    """``None`` when the table has no such column, else ``int_list``, ``other_list`` or ``scalar``."""
+    schema: pa.Schema = table.schema
+    index = schema.get_field_index(name)
+    if index < 0:
+        return None
+    kind = schema.field(index).type
+    if not (pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind)):
+        return "scalar"
+    return "int_list" if pa.types.is_integer(kind.value_type) else "other_list"
+
+
+def count_rows(table: Any, filter: str | None) -> int:
+    """Rows of ``table`` passing ``filter``."""
+    return int(table.count_rows(filter) if filter is not None else table.count_rows())
+
+
+@contextmanager
+def _builder_memory(rows: int) -> Any:
+    """Raise the permutation builder's sort-memory cap for large tables, unless the user set it."""
+    if _PERM_MEMORY_ENV in os.environ:
+        yield
+        return
+    os.environ[_PERM_MEMORY_ENV] = str(max(100 * 2**20, rows * _PERM_BYTES_PER_ROW))
+    try:
+        yield
+    finally:
+        os.environ.pop(_PERM_MEMORY_ENV, None)
+
+
+def build_permutation(
+    table: Any,
+    *,
+    num_splits: int,
+    shuffle: bool,
+    shuffle_seed: int,
+    epoch: int,
+    clump_size: int | None,
+    filter: str | None,
+    split_strategy: Callable[[Any], Any] | None,
+    rows_hint: int,
+) -> Permutation:
+    """Build the split permutation exactly as ``lancedb.streaming`` does and group it by split.
+
+    Raises:
+        ValueError: a ``split_strategy`` result does not have exactly the split
+            ids ``0..num_splits-1`` with equal sizes.
+    """
+    from lancedb.permutation import permutation_builder
+
+    builder = permutation_builder(table)
+    if filter is not None:
+        builder = builder.filter(filter)
+    with _builder_memory(rows_hint):
+        if split_strategy is not None:
+            configured = split_strategy(builder)
+            if configured is None:
+                raise ValueError("split_strategy must return the configured permutation builder, got None")
+            perm_table = configured.execute()
+        elif shuffle:
+            seed = shuffle_seed + epoch * EPOCH_PRIME
+            perm_table = builder.split_random(fixed=num_splits, seed=seed, clump_size=clump_size).execute()
+        else:
+            perm_table = builder.split_sequential(fixed=num_splits).execute()
+    arrow = perm_table.to_arrow()
+    row_ids = arrow.column("row_id").to_numpy().astype(np.uint64, copy=False)
+    split_ids = arrow.column("split_id").to_numpy().astype(np.int64, copy=False)
+    metadata = arrow.schema.metadata or {}
+    raw_version = metadata.get(b"base_version")
+    base_version = int(raw_version) if raw_version is not None else None
+    rows = _group(row_ids, split_ids, num_splits, strategy=split_strategy is not None)
+    fingerprint = _fingerprint(row_ids, split_ids) if split_strategy is not None else None
+    return Permutation(rows, fingerprint, base_version)
+
+
+def _group(row_ids: np.ndarray, split_ids: np.ndarray, num_splits: int, *, strategy: bool) -> np.ndarray:
+    counts = np.bincount(split_ids[(split_ids >= 0) & (split_ids < num_splits)], minlength=num_splits)
+    outside = int(np.count_nonzero((split_ids < 0) | (split_ids >= num_splits)))
+    if outside or np.any(counts == 0):
+        found = sorted(set(np.unique(split_ids).tolist()))
+        raise ValueError(
+            f"split_strategy produced split ids {found[:20]}, but num_splits={num_splits} needs exactly "
+            f"0..{num_splits - 1}; pass num_splits matching the strategy"
+        )
+    if np.any(counts != counts[0]):
+        raise ValueError(
+            f"{'split_strategy produced' if strategy else 'the permutation has'} splits of unequal sizes "
+            f"{sorted(set(counts.tolist()))}; every split must hold the same number of rows"
+        )
+    if np.all(split_ids[1:] >= split_ids[:-1]):
+        ordered = row_ids
+    else:
+        ordered = row_ids[np.argsort(split_ids, kind="stable")]
+    return np.ascontiguousarray(ordered.reshape(num_splits, int(counts[0])))
+
+
+def _fingerprint(row_ids: np.ndarray, split_ids: np.ndarray) -> str:
+    """SHA-256 over the row count and both columns as little-endian uint64 (the reference's hash)."""
+    digest = hashlib.sha256()
+    digest.update(str(len(row_ids)).encode())
+    digest.update(np.ascontiguousarray(row_ids, dtype="<u8").tobytes())
+    digest.update(np.ascontiguousarray(split_ids, dtype="<u8").tobytes())
+    return digest.hexdigest()
+
+
+# ------------------------------------------------------------------ reading
+
+
+class Reader:
+    """Reads rows by row id, in the order asked for; safe to share between threads."""
+
+    def take(self, row_ids: np.ndarray, columns: list[str] | None) -> pa.Table:  # pragma: no cover
+        raise NotImplementedError
+
+
+class _LanceReader(Reader):
+    def __init__(self, dataset: Any) -> None:
+        self._dataset = dataset
+
+    def take(self, row_ids: np.ndarray, columns: list[str] | None) -> pa.Table:
+        return self._dataset._take_rows(pa.array(row_ids, type=pa.uint64()), columns=columns)
+
+
+class _ArrowReader(Reader):
+    """An in-memory table: row ids are mapped to indices with one sorted search."""
+
+    def __init__(self, data: pa.Table, row_ids: np.ndarray) -> None:
+        order = np.argsort(row_ids, kind="stable")
+        self._sorted_ids = row_ids[order]
+        self._index = order
+        self._data = data
+
+    def take(self, row_ids: np.ndarray, columns: list[str] | None) -> pa.Table:
+        where = np.searchsorted(self._sorted_ids, row_ids)
+        data = self._data if columns is None else self._data.select(columns)
+        return data.take(pa.array(self._index[where]))
+
+
+class _QueryReader(Reader):
+    """Any LanceDB table with ``take_row_ids`` (for example a remote table); it returns rows
+    sorted by row id, so they are put back in the order asked for."""
+
+    def __init__(self, table: Any) -> None:
+        self._table = table
+        self._lock = threading.Lock()
+
+    def take(self, row_ids: np.ndarray, columns: list[str] | None) -> pa.Table:
+        query = self._table.take_row_ids([int(r) for r in row_ids])
+        if columns is not None:
+            query = query.select(list(columns))
+        got = query.with_row_id().to_arrow()
+        got_ids = got.column("_rowid").to_numpy()
+        order = np.argsort(got_ids, kind="stable")
+        where = order[np.searchsorted(got_ids[order], row_ids)]
+        return got.drop_columns(["_rowid"]).take(pa.array(where))
+
+
+def _is_secret(key: str) -> bool:
+    lowered = key.lower()
+    return any(marker in lowered for marker in _SECRET_MARKERS)
+
+
+@dataclass(frozen=True)
+class TableSource:
+    """How to (re)open the table for reading, in this process or a worker process.
+
+    ``kind`` is ``lance`` (a dataset URI at a pinned version), ``memory`` (the
+    Arrow data itself), ``factory`` (``connection_factory(name)``) or
+    ``table`` (the table object, pickled as itself).
+    """
+
+    kind: Literal["lance", "memory", "factory", "table"]
+    name: str
+    uri: str | None = None
+    version: int | None = None
+    storage_options: dict[str, str] = field(default_factory=dict)
+    data: pa.Table | None = None
+    table: Any = None
+    factory: Callable[[str], Any] | None = None
+
+    def open(self) -> Reader:
+        """A reader for this source."""
+        if self.kind == "lance":
+            import lance
+
+            assert self.uri is not None
+            dataset = lance.dataset(
+                self.uri, version=self.version, storage_options=self.storage_options or None
+            )
+            return _LanceReader(dataset)
+        if self.kind == "memory":
+            assert self.data is not None
+            ids = self.data.column("_rowid").to_numpy()
+            return _ArrowReader(self.data.drop_columns(["_rowid"]), ids)
+        if self.kind == "factory":
+            assert self.factory is not None
+            return reader_for(self.factory(self.name), self.version)
+        return reader_for(self.table, self.version)
+
+
+def reader_for(table: Any, version: int | None) -> Reader:
+    """A reader over a live table object, pinned to ``version`` where the table supports it."""
+    try:
+        dataset = table.to_lance()
+    except Exception:  # memory:// and remote tables have no local Lance dataset
+        return _QueryReader(table)
+    if version is not None and dataset.version != version:
+        dataset = dataset.checkout_version(version)
+    return _LanceReader(dataset)
+
+
+def describe(
+    table: Any,
+    version: int | None,
+    *,
+    connection_factory: Callable[[str], Any] | None,
+    keep_credentials: bool,
+) -> TableSource:
+    """A picklable recipe to reopen ``table`` at ``version`` in another process.
+
+    Secret-looking storage options (keys, tokens, passwords) are dropped unless
+    ``keep_credentials``; workers then take credentials from their environment.
+    """
+    name = str(table.name)
+    if connection_factory is not None:
+        return TableSource("factory", name, version=version, factory=connection_factory)
+    uri = str(getattr(getattr(table, "_conn", None), "uri", ""))
+    if uri.startswith("memory://"):
+        data = table.search().with_row_id(True).limit(None).to_arrow()
+        return TableSource("memory", name, data=data)
+    try:
+        dataset = table.to_lance()
+    except Exception:
+        return TableSource("table", name, version=version, table=table)
+    options = dict(getattr(table._conn, "storage_options", None) or {})
+    if not keep_credentials:
+        options = {k: v for k, v in options.items() if not _is_secret(k)}
+    return TableSource("lance", name, uri=str(dataset.uri), version=version, storage_options=options)

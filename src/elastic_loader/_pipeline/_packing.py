@@ -1,0 +1,418 @@
+# Sequence packing with NumPy: blocks are cut from per-split token streams.
+#
+# Rules:
+# * Each owned split has a *stream*: the tokens pulled into its buffer (from
+#   the checkpoint or earlier cycles), followed by documents fetched but not
+#   yet pulled, each document followed by EOS. ``pulled`` marks the end of the
+#   buffer inside the stream.
+# * Cycle r (0-based from now) first *fills*: pull whole documents until the
+#   buffer reaches (r + 1) * L tokens, or the split runs out. Then every split
+#   *emits* block r: stream[r*L:(r+1)*L], padded with pad_id if the split ran
+#   out. ``doc_ids[k]`` counts document starts at offsets 1..k of the block.
+# * Cycles are computed k at a time with vectorized search and reshape: k is
+#   how many cycles every owned split can complete with what is fetched.
+# * A document that must raise (null tokens in "raise" mode) stops its split:
+#   the error surfaces at the cycle whose fill needs that document.
+# * Progress is exact after every block; inside a chunk it is derived on
+#   demand from the chunk's arrays (fills of a cycle are visible as soon as
+#   its first block is handed out, as in the reference).
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import torch
+
+from ._fetch import Pipeline, Stage, Unit
+from ._stats import Counters
+
+logger = logging.getLogger("elastic_loader")
+
+INT64_MAX = 2**63 - 1
+MAX_CHUNK_CYCLES = 1024
+NULL_TOKENS = "pack_sequences does not support null token lists or null token values"
+TOO_LARGE = "token value does not fit in int64"
+
+
+@dataclass
+class DocPayload:
+    values: np.ndarray  # flat tokens of every row (bad rows included, null lists empty)
+    lengths: np.ndarray  # tokens per row
+    bad: dict[int, BaseException] | None  # rows that raise
+    skipped: set[int] | None  # rows dropped
+
+
+def make_doc_stage(on_error: str | Callable[[Exception], object], counters: Counters) -> Stage:
+    """The packing transform stage: token lists to flat int64 arrays, bad documents flagged."""
+
+    def forgive(exc: Exception) -> bool:
+        if on_error == "raise":
+            return False
+        if callable(on_error):
+            return bool(on_error(exc))
+        return True
+
+    def run(batch: pa.RecordBatch) -> DocPayload:
+        t0 = time.perf_counter_ns()
+        column = batch.column(0)
+        if isinstance(column, pa.ChunkedArray):
+            column = column.combine_chunks()
+        lengths = pc.list_value_length(column).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+        flat = column.flatten()
+        problem = np.asarray(column.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+        ends = np.cumsum(lengths)
+        starts = ends - lengths
+        reasons: dict[int, str] = {int(r): NULL_TOKENS for r in np.flatnonzero(problem)}
+        if flat.null_count:
+            per_row = _per_row(
+                np.asarray(flat.is_null().to_numpy(zero_copy_only=False), dtype=bool), starts, ends
+            )
+            for r in np.flatnonzero(per_row):
+                reasons.setdefault(int(r), NULL_TOKENS)
+        values = flat.fill_null(0).to_numpy(zero_copy_only=False)
+        if values.dtype == np.uint64 and values.size and values.max() > INT64_MAX:
+            per_row = _per_row(values > INT64_MAX, starts, ends)
+            for r in np.flatnonzero(per_row):
+                reasons.setdefault(int(r), TOO_LARGE)
+            values = np.where(values > INT64_MAX, 0, values)
+        values = values.astype(np.int64, copy=False)
+        bad: dict[int, BaseException] = {}
+        skipped: set[int] = set()
+        dropped: list[Exception] = []
+        for row in sorted(reasons):
+            exc = ValueError(reasons[row])
+            if forgive(exc):
+                skipped.add(row)
+                dropped.append(exc)
+            else:
+                bad[row] = exc
+        if dropped:
+            counters.add(rows_skipped=len(dropped))
+            if on_error == "warn":
+                logger.warning(
+                    "skipped %d of %d documents whose tokens were invalid (first error: %r)",
+                    len(dropped),
+                    batch.num_rows,
+                    dropped[0],
+                )
+        counters.add(transform_ns=time.perf_counter_ns() - t0)
+        return DocPayload(values, lengths, bad or None, skipped or None)
+
+    def combine(parts: list[tuple[int, DocPayload]]) -> DocPayload:
+        assert len(parts) == 1, "packing transforms a unit as one slice"
+        return parts[0][1]
+
+    return Stage(run, combine, None)
+
+
+def _per_row(flags: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """For each row ``[start, end)`` of ``flags``, whether any flag is set."""
+    cumulative = np.concatenate([[0], np.cumsum(flags, dtype=np.int64)])
+    result: np.ndarray = (cumulative[ends] - cumulative[starts]) > 0
+    return result
+
+
+class SplitStream:
+    """One owned split's token stream (buffer, then fetched documents)."""
+
+    def __init__(self, tokens: list[int], starts: list[int], consumed: int, emitted: int) -> None:
+        self.tokens = np.asarray(tokens, dtype=np.int64)
+        self.starts = np.asarray(starts, dtype=np.int64)
+        self.pulled = len(tokens)
+        self.ends = np.zeros(0, dtype=np.int64)
+        self.positions = np.zeros(0, dtype=np.int64)
+        self.consumed = consumed
+        self.emitted = emitted
+        self.error: tuple[int, BaseException] | None = None
+        self._parts: list[np.ndarray] = []
+        self._part_starts: list[np.ndarray] = []
+        self._part_ends: list[np.ndarray] = []
+        self._part_positions: list[np.ndarray] = []
+        self.fetched_docs = 0
+
+    def _settle(self) -> None:
+        if not self._parts:
+            return
+        self.tokens = np.concatenate([self.tokens, *self._parts])
+        self.starts = np.concatenate([self.starts, *self._part_starts])
+        self.ends = np.concatenate([self.ends, *self._part_ends])
+        self.positions = np.concatenate([self.positions, *self._part_positions])
+        self._parts.clear()
+        self._part_starts.clear()
+        self._part_ends.clear()
+        self._part_positions.clear()
+
+    def stream_len(self) -> int:
+        return len(self.tokens) + sum(len(p) for p in self._parts)
+
+    def append(self, values: np.ndarray, lengths: np.ndarray, positions: np.ndarray, eos: int) -> None:
+        """Append documents (flat ``values`` cut by ``lengths``), each followed by EOS."""
+        if len(lengths) == 0:
+            return
+        base = self.stream_len()
+        sizes = lengths + 1
+        ends = np.cumsum(sizes)
+        out = np.full(int(ends[-1]), eos, dtype=np.int64)
+        doc_of_value = np.repeat(np.arange(len(lengths)), lengths)
+        out[np.arange(len(values)) + doc_of_value] = values
+        self._parts.append(out)
+        self._part_starts.append(base + ends - sizes)
+        self._part_ends.append(base + ends)
+        self._part_positions.append(positions.astype(np.int64))
+        self.fetched_docs += len(lengths)
+
+    def available_cycles(self, length: int, exhausted: bool) -> int | None:
+        """Cycles this split can complete now (``None``: unlimited, it only pads from here)."""
+        if exhausted and self.error is None:
+            return None
+        total = self.stream_len()
+        return total // length
+
+    def buffered_tokens(self) -> int:
+        return self.stream_len()
+
+
+@dataclass
+class ChunkSplit:
+    """What one split did in a chunk of k cycles, enough to answer any mid-chunk checkpoint."""
+
+    tokens: np.ndarray  # stream at chunk start (padded view is not stored)
+    starts: np.ndarray
+    consumed: np.ndarray  # consumed position after the fill of each cycle
+    pulled: np.ndarray  # buffer end (stream offset) after the fill of each cycle
+    emitted0: int
+    consumed0: int
+    pulled0: int
+
+
+def emit_cycles(
+    stream: SplitStream, k: int, length: int, eos: int, pad: int, exhausted: bool
+) -> tuple[np.ndarray, np.ndarray, ChunkSplit, int]:
+    """Cut ``k`` cycles of one split: (input_ids k x L, doc_ids k x L, chunk record, docs pulled)."""
+    del eos
+    stream._settle()
+    targets = (np.arange(k, dtype=np.int64) + 1) * length
+    n_docs = len(stream.ends)
+    if n_docs:
+        need = np.searchsorted(stream.ends, targets, side="left") + 1
+        need = np.minimum(need, n_docs)
+        need = np.where(stream.pulled >= targets, 0, need)
+        need = np.maximum.accumulate(need)
+    else:
+        need = np.zeros(k, dtype=np.int64)
+    consumed = (
+        np.where(need > 0, stream.positions[np.maximum(need - 1, 0)] + 1, stream.consumed)
+        if n_docs
+        else (np.full(k, stream.consumed, dtype=np.int64))
+    )
+    pulled = (
+        np.where(need > 0, stream.ends[np.maximum(need - 1, 0)], stream.pulled)
+        if n_docs
+        else np.full(k, stream.pulled, dtype=np.int64)
+    )
+    pulled = np.maximum(pulled, stream.pulled)
+    record = ChunkSplit(
+        stream.tokens, stream.starts, consumed, pulled, stream.emitted, stream.consumed, stream.pulled
+    )
+    total = k * length
+    tokens = stream.tokens
+    flat_ids = np.full(total, pad, dtype=np.int64)
+    usable = min(total, len(tokens))
+    flat_ids[:usable] = tokens[:usable]
+    ids = flat_ids.reshape(k, length)
+    flat_marks = np.zeros(total, dtype=np.int64)
+    flat_marks[stream.starts[stream.starts < total]] = 1
+    marks = flat_marks.reshape(k, length)
+    marks[:, 0] = 0
+    doc_ids = np.cumsum(marks, axis=1)
+    pulled_docs = int(need[-1]) if k else 0
+    # advance the stream past the k emitted blocks
+    stream.tokens = tokens[total:] if len(tokens) > total else np.zeros(0, dtype=np.int64)
+    stream.starts = stream.starts[stream.starts >= total] - total
+    stream.ends = stream.ends[pulled_docs:] - total
+    stream.positions = stream.positions[pulled_docs:]
+    stream.pulled = max(0, int(pulled[-1]) - total) if k else stream.pulled
+    stream.consumed = int(consumed[-1]) if k else stream.consumed
+    stream.emitted += k
+    return ids, doc_ids, record, pulled_docs
+
+
+class PackFeed:
+    """Distributes fetched documents to the owned splits' streams."""
+
+    def __init__(self, streams: list[SplitStream], eos: int) -> None:
+        self.streams = streams
+        self.eos = eos
+
+    def distribute(self, unit: Unit, payload: DocPayload) -> None:
+        offsets = np.concatenate([[0], np.cumsum(payload.lengths)])
+        for seg in unit.segments:
+            stream = self.streams[seg.split]
+            if stream.error is not None:
+                continue
+            rows = np.arange(seg.offset, seg.offset + seg.count)
+            positions = np.arange(seg.first, seg.first + seg.count, dtype=np.int64)
+            if payload.bad is not None or payload.skipped is not None:
+                keep = np.ones(seg.count, dtype=bool)
+                for j in range(seg.count):
+                    r = seg.offset + j
+                    if payload.bad is not None and r in payload.bad:
+                        stream.error = (seg.first + j, payload.bad[r])
+                        keep[j:] = False
+                        break
+                    if payload.skipped is not None and r in payload.skipped:
+                        keep[j] = False
+                rows, positions = rows[keep], positions[keep]
+            if len(rows) == 0:
+                continue
+            lo, hi = offsets[rows], offsets[rows + 1]
+            if len(rows) == seg.count:
+                values = payload.values[offsets[seg.offset] : offsets[seg.offset + seg.count]]
+            else:
+                values = np.concatenate([payload.values[a:b] for a, b in zip(lo, hi)])
+            stream.append(values, hi - lo, positions, self.eos)
+
+
+class PackProgress:
+    """Exact packed progress of the owned splits; lazy inside a chunk."""
+
+    def __init__(self, streams: list[SplitStream]) -> None:
+        self.streams = streams
+        self._lock = threading.Lock()
+        self._chunk: list[ChunkSplit] | None = None
+        self.cursor = 0
+        self.length = 0
+        self.final: list[tuple[int, int, list[int], list[int]]] | None = None
+
+    def begin(self, records: list[ChunkSplit], length: int) -> None:
+        with self._lock:
+            self._chunk = records
+            self.cursor = 0
+            self.length = length
+
+    def end(self, complete: bool) -> None:
+        """The chunk is over; when it was left early, its progress so far becomes final."""
+        with self._lock:
+            if not complete:
+                self.final = self._current()
+            self._chunk = None
+            self.cursor = 0
+
+    def current(self) -> list[tuple[int, int, list[int], list[int]]]:
+        """Per owned split: (consumed, emitted, buffer tokens, buffer starts)."""
+        with self._lock:
+            return self._current()
+
+    def _current(self) -> list[tuple[int, int, list[int], list[int]]]:
+        if self.final is not None:
+            return self.final
+        if self._chunk is None:
+            return [_plain_state(s) for s in self.streams]
+        if self.cursor == 0:
+            return [_record_state(r, 0, None, self.length) for r in self._chunk]
+        cycle, split = divmod(self.cursor - 1, len(self._chunk))
+        return [
+            _record_state(r, cycle + (1 if i <= split else 0), cycle, self.length)
+            for i, r in enumerate(self._chunk)
+        ]
+
+
+def _plain_state(stream: SplitStream) -> tuple[int, int, list[int], list[int]]:
+    stream._settle()
+    buffer = stream.tokens[: stream.pulled]
+    starts = stream.starts[stream.starts < stream.pulled]
+    return stream.consumed, stream.emitted, buffer.tolist(), starts.tolist()
+
+
+def _record_state(
+    record: ChunkSplit, emitted_rel: int, fill_cycle: int | None, length: int
+) -> tuple[int, int, list[int], list[int]]:
+    if fill_cycle is None:
+        consumed, pulled = record.consumed0, record.pulled0
+    else:
+        consumed, pulled = int(record.consumed[fill_cycle]), int(record.pulled[fill_cycle])
+    lo = emitted_rel * length
+    hi = max(lo, min(pulled, len(record.tokens)))
+    buffer = record.tokens[lo:hi]
+    starts = record.starts[(record.starts >= lo) & (record.starts < hi)] - lo
+    return consumed, record.emitted0 + emitted_rel, buffer.tolist(), starts.tolist()
+
+
+class PackEnd(Exception):
+    """Internal: the packed epoch is over."""
+
+
+def iterate(
+    pipeline: Pipeline,
+    feed: PackFeed,
+    progress: PackProgress,
+    *,
+    length: int,
+    eos: int,
+    pad: int,
+    budget: int,
+    counters: Counters,
+) -> Iterator[dict[str, torch.Tensor]]:
+    """Yield ``{"input_ids", "doc_ids"}`` blocks, one per owned split per cycle."""
+    streams = feed.streams
+    n = len(streams)
+    emitted = {s.emitted for s in streams}
+    if len(emitted) > 1:
+        raise ValueError(
+            "the packed checkpoint is not aligned across the splits this iterator owns (they emitted "
+            f"{sorted(emitted)} blocks); merge every rank's state with merge_state_dicts before resuming"
+        )
+
+    def cycles_ready(i: int) -> int | None:
+        """Cycles split ``i`` can complete, fetching as needed; 0 means it must raise."""
+        while True:
+            stream = streams[i]
+            exhausted = pipeline.fetched_all(i) and stream.error is None
+            got = stream.available_cycles(length, exhausted)
+            if got is None or got > 0:
+                return got
+            if stream.error is not None:
+                return 0
+            unit = pipeline.next_unit()
+            if unit is None:
+                if not pipeline.fetched_all(i):
+                    raise RuntimeError(f"internal error: packed split {i} starved with nothing in flight")
+                continue  # nothing left in flight: the split is now exhausted
+            feed.distribute(unit[0], unit[1])
+
+    while streams[0].emitted < budget:
+        ready: list[int | None] = []
+        for i in range(n):
+            got = cycles_ready(i)
+            if got == 0:
+                error = streams[i].error
+                assert error is not None
+                raise error[1]
+            ready.append(got)
+        finite = [r for r in ready if r is not None]
+        k = min([MAX_CHUNK_CYCLES, budget - streams[0].emitted, *finite])
+        cut = []
+        pulled_docs = 0
+        for i, stream in enumerate(streams):
+            exhausted = pipeline.fetched_all(i) and stream.error is None
+            ids, doc_ids, record, docs = emit_cycles(stream, k, length, eos, pad, exhausted)
+            cut.append((ids, doc_ids, record))
+            pulled_docs += docs
+        progress.begin([record for _, _, record in cut], length)
+        counters.add(consumed_rows=pulled_docs, rows_delivered=pulled_docs)
+        complete = False
+        try:
+            for c in range(k):
+                for i in range(n):
+                    ids, doc_ids, _ = cut[i]
+                    progress.cursor += 1
+                    yield {"input_ids": torch.from_numpy(ids[c]), "doc_ids": torch.from_numpy(doc_ids[c])}
+            complete = True
+        finally:
+            progress.end(complete)

@@ -1,0 +1,360 @@
+# Row mode: transform stage, per-split ready queues, and the yield loop.
+#
+# Rules:
+# * A unit's transform runs on read batches of at most ``read_batch_size``
+#   rows. A failing batch is re-run row by row so that every row gets its own
+#   outcome (value, skipped, or an error to re-raise when that row is needed);
+#   outcomes never depend on batch boundaries for row-wise transforms.
+# * The yield loop first catches up lagging splits (by (samples, split id)),
+#   then delivers whole cycles: k cycles at once, where every owned split has
+#   at least k ready rows. A cycle that some split cannot complete ends the
+#   iteration: the first such split in owned order decides whether that is
+#   the end of the epoch or its row's error.
+# * Progress is exact after every yielded row but is kept lazily: a chunk of k
+#   cycles records its base and a counter; per-split values are computed on
+#   demand (state_dict) and folded in when the chunk ends.
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from ._fetch import Pipeline, Stage, Unit
+from ._stats import Counters
+
+logger = logging.getLogger("elastic_loader")
+
+MAX_CHUNK_CYCLES = 4096
+
+
+class FatalTransformError(Exception):
+    """Wraps an error that no ``on_transform_error`` mode may skip."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+@dataclass
+class RowPayload:
+    values: list[Any]
+    skipped: set[int] | None
+    errors: dict[int, BaseException] | None
+
+
+def _rejected_output(out: object) -> str | None:
+    if isinstance(out, Mapping):
+        return "a mapping (iterating it would yield its keys)"
+    if isinstance(out, (pa.RecordBatch, pa.Table)):
+        return "an Arrow batch or table (iterating it would yield its columns)"
+    if hasattr(out, "columns") and hasattr(out, "shape") and not isinstance(out, np.ndarray):
+        return "a data frame (iterating it would yield its column names)"
+    return None
+
+
+def make_row_stage(
+    transform: Callable[[pa.RecordBatch], Any] | None,
+    on_error: str | Callable[[Exception], object],
+    read_batch_size: int,
+    counters: Counters,
+) -> Stage:
+    """The row-mode transform stage for one iterator."""
+
+    def rows_of(batch: pa.RecordBatch, expected: int) -> list[Any]:
+        t0 = time.perf_counter_ns()
+        out = batch.to_pylist() if transform is None else transform(batch)
+        elapsed = time.perf_counter_ns() - t0
+        problem = _rejected_output(out)
+        if problem is not None:
+            raise FatalTransformError(
+                TypeError(f"transform returned {problem}; return one item per input row, e.g. a list")
+            )
+        rows = out if isinstance(out, list) else list(out)
+        if len(rows) != expected:
+            raise FatalTransformError(
+                ValueError(
+                    f"transform returned {len(rows)} rows for a batch of {expected}; a transform must "
+                    "return exactly one item per input row (raise to drop a bad row with "
+                    "on_transform_error='skip')"
+                )
+            )
+        counters.add(transform_ns=elapsed)
+        return rows
+
+    def forgive(exc: Exception) -> bool:
+        if on_error == "raise":
+            return False
+        if callable(on_error):
+            return bool(on_error(exc))
+        return True
+
+    def run(part: pa.RecordBatch) -> RowPayload:
+        try:
+            return RowPayload(rows_of(part, part.num_rows), None, None)
+        except FatalTransformError:
+            raise
+        except Exception as exc:
+            batch_error = exc
+        values: list[Any] = []
+        skipped: set[int] = set()
+        errors: dict[int, BaseException] = {}
+        if on_error != "raise" and not forgive(batch_error):
+            errors[0] = batch_error
+            values.extend([None] * part.num_rows)
+        else:
+            _isolate(part, 0, batch_error, values, skipped, errors, rows_of, forgive, on_error, counters)
+        return RowPayload(values, skipped or None, errors or None)
+
+    def combine(parts: list[tuple[int, RowPayload]]) -> RowPayload:
+        if len(parts) == 1:
+            return parts[0][1]
+        values: list[Any] = []
+        skipped: set[int] = set()
+        errors: dict[int, BaseException] = {}
+        for start, part in parts:
+            values.extend(part.values)
+            if part.skipped:
+                skipped.update(start + k for k in part.skipped)
+            if part.errors:
+                errors.update((start + k, e) for k, e in part.errors.items())
+        return RowPayload(values, skipped or None, errors or None)
+
+    return Stage(run, combine, None if transform is None else read_batch_size)
+
+
+def _isolate(
+    part: pa.RecordBatch,
+    start: int,
+    batch_error: Exception,
+    values: list[Any],
+    skipped: set[int],
+    errors: dict[int, BaseException],
+    rows_of: Callable[[pa.RecordBatch, int], list[Any]],
+    forgive: Callable[[Exception], bool],
+    on_error: object,
+    counters: Counters,
+) -> None:
+    """Re-run a failed batch one row at a time; record each row's outcome."""
+    dropped: list[Exception] = []
+    for j in range(part.num_rows):
+        try:
+            values.append(rows_of(part.slice(j, 1), 1)[0])
+            continue
+        except FatalTransformError:
+            raise
+        except Exception as exc:
+            row_error = exc
+        values.append(None)
+        if on_error == "raise" or not forgive(row_error):
+            errors[start + j] = row_error
+        else:
+            skipped.add(start + j)
+            dropped.append(row_error)
+    if on_error == "raise" and not any(start <= k < start + part.num_rows for k in errors):
+        # The batch failed but every row passes alone: the failure is not row-wise.
+        errors[start] = batch_error
+    if dropped:
+        counters.add(rows_skipped=len(dropped))
+        if on_error == "warn":
+            logger.warning(
+                "skipped %d of %d rows whose transform failed (first error: %r)",
+                len(dropped),
+                part.num_rows,
+                dropped[0],
+            )
+
+
+class RowFeed:
+    """Ready rows of every owned split, fed from the pipeline's units in order."""
+
+    def __init__(self, n: int) -> None:
+        self.values: list[list[Any]] = [[] for _ in range(n)]
+        self.positions: list[list[int]] = [[] for _ in range(n)]
+        self.read = [0] * n
+        self.error: list[tuple[int, BaseException] | None] = [None] * n
+
+    def ready(self, i: int) -> int:
+        return len(self.values[i]) - self.read[i]
+
+    def take(self, i: int, k: int) -> tuple[list[Any], list[int]]:
+        r = self.read[i]
+        vals, pos = self.values[i][r : r + k], self.positions[i][r : r + k]
+        r += k
+        if r > 4096 and r * 2 > len(self.values[i]):
+            del self.values[i][:r]
+            del self.positions[i][:r]
+            r = 0
+        self.read[i] = r
+        return vals, pos
+
+    def distribute(self, unit: Unit, payload: RowPayload, counters: Counters) -> None:
+        values, skipped, errors = payload.values, payload.skipped, payload.errors
+        added = 0
+        for seg in unit.segments:
+            i, first, count, off = seg.split, seg.first, seg.count, seg.offset
+            if self.error[i] is not None:
+                continue
+            if skipped is None and errors is None:
+                self.values[i].extend(values[off : off + count])
+                self.positions[i].extend(range(first, first + count))
+                added += count
+                continue
+            for j in range(count):
+                k = off + j
+                if errors is not None and k in errors:
+                    self.error[i] = (first + j, errors[k])
+                    break
+                if skipped is not None and k in skipped:
+                    continue
+                self.values[i].append(values[k])
+                self.positions[i].append(first + j)
+                added += 1
+        counters.add(ready_rows=added)
+
+
+class RowProgress:
+    """Exact per-split progress of the owned splits, kept lazily during a chunk."""
+
+    def __init__(self, samples: list[int], positions: list[int]) -> None:
+        self.samples = samples
+        self.positions = positions
+        self._lock = threading.Lock()
+        self._chunk: tuple[int, list[list[int]]] | None = None
+        self.cursor = 0  # rows of the current chunk already handed out
+
+    def begin(self, cycles: int, positions: list[list[int]]) -> None:
+        with self._lock:
+            self._chunk = (cycles, positions)
+            self.cursor = 0
+
+    def end(self) -> None:
+        with self._lock:
+            self._fold()
+
+    def _fold(self) -> None:
+        if self._chunk is None:
+            return
+        samples, positions = self._current()
+        self.samples[:] = samples
+        self.positions[:] = positions
+        self._chunk = None
+        self.cursor = 0
+
+    def _current(self) -> tuple[list[int], list[int]]:
+        if self._chunk is None:
+            return list(self.samples), list(self.positions)
+        _, chunk_positions = self._chunk
+        n = len(self.samples)
+        full, extra = divmod(self.cursor, n)
+        samples, positions = list(self.samples), list(self.positions)
+        for i in range(n):
+            t = full + (1 if i < extra else 0)
+            if t:
+                samples[i] += t
+                positions[i] = chunk_positions[i][t - 1] + 1
+        return samples, positions
+
+    def current(self) -> tuple[list[int], list[int]]:
+        """Samples and positions of the owned splits right now."""
+        with self._lock:
+            return self._current()
+
+    def step(self, i: int, position: int) -> None:
+        """One row of owned split ``i`` at ``position`` was handed out (catch-up)."""
+        with self._lock:
+            self._fold()
+            self.samples[i] += 1
+            self.positions[i] = position + 1
+
+    def consumed(self) -> int:
+        with self._lock:
+            return sum(self._current()[0])
+
+
+class RowEnd(Exception):
+    """Internal: the iteration is over."""
+
+
+def iterate(
+    pipeline: Pipeline,
+    feed: RowFeed,
+    progress: RowProgress,
+    owned: list[int],
+    counters: Counters,
+) -> Iterator[Any]:
+    """Yield the rows of the owned splits in canonical order (catch-up, then cycles)."""
+    n = len(owned)
+
+    def fill(i: int) -> bool:
+        """Make split ``i`` have a ready row; False when it cannot (end or error)."""
+        while feed.ready(i) == 0:
+            if feed.error[i] is not None:
+                return False
+            got = pipeline.next_unit()
+            if got is None:
+                return False
+            feed.distribute(got[0], got[1], counters)
+        return True
+
+    def stop(i: int) -> None:
+        error = feed.error[i]
+        if error is not None:
+            raise error[1]
+        raise RowEnd
+
+    start_samples = list(progress.samples)
+    target = max(start_samples) if start_samples else 0
+    lagging = [(c, owned[i], i) for i, c in enumerate(start_samples) if c < target]
+    heapq.heapify(lagging)
+    while lagging:
+        count, split, i = heapq.heappop(lagging)
+        if not fill(i):
+            stop(i)
+        (value,), (position,) = feed.take(i, 1)
+        progress.step(i, position)
+        counters.add(ready_rows=-1, consumed_rows=1, rows_delivered=1)
+        if count + 1 < target:
+            heapq.heappush(lagging, (count + 1, split, i))
+        yield value
+    while True:
+        for i in range(n):
+            if not fill(i):
+                stop(i)
+        k = min(MAX_CHUNK_CYCLES, min(feed.ready(i) for i in range(n)))
+        taken = [feed.take(i, k) for i in range(n)]
+        if n == 1:
+            rows = taken[0][0]
+        else:
+            rows = list(itertools.chain.from_iterable(zip(*(vals for vals, _ in taken))))
+        progress.begin(k, [pos for _, pos in taken])
+        counters.add(ready_rows=-len(rows))
+        try:
+            for j, row in enumerate(rows, 1):
+                progress.cursor = j
+                yield row
+        finally:
+            handed = progress.cursor
+            progress.end()
+            counters.add(consumed_rows=handed, rows_delivered=handed)
+
+
+def run(
+    pipeline: Pipeline,
+    feed: RowFeed,
+    progress: RowProgress,
+    owned: list[int],
+    counters: Counters,
+) -> Iterator[Any]:
+    """:func:`iterate`, ending quietly at the end of the epoch."""
+    try:
+        yield from iterate(pipeline, feed, progress, owned, counters)
+    except RowEnd:
+        return

@@ -1,0 +1,164 @@
+# Observability counters.
+#
+# Rules: every update goes through one lock (pool threads add concurrently).
+# A process that iterates inside a DataLoader worker also publishes its values
+# into its own slot of a shared int64 array; readers add the local values and
+# every *other* slot, so worker counters are summed, never last-writer-wins.
+# Cumulative counters (bytes, times, skips, deliveries) only grow; gauges
+# (queue depths, unscanned rows, consumed rows) describe live iterations and
+# are zero when nothing iterates.
+from __future__ import annotations
+
+import ctypes
+import threading
+from dataclasses import dataclass
+from multiprocessing.sharedctypes import RawArray
+from typing import Any
+
+MAX_WORKERS = 256
+_CUMULATIVE = ("bytes_loaded", "fetch_ns", "transform_ns", "rows_skipped", "rows_delivered")
+_GAUGES = ("consumed_rows", "raw_rows", "ready_rows", "unscanned_rows")
+_FIELDS = _CUMULATIVE + _GAUGES
+_WIDTH = len(_FIELDS)
+FLAG_UNTRACKED = 0  # header slot: a plain DataLoader with workers iterated the dataset
+_HEADER = 1
+
+
+@dataclass(frozen=True)
+class Statistics:
+    """An immutable snapshot of a dataset's pipeline counters (summed over worker processes).
+
+    Attributes:
+        bytes_loaded: Arrow bytes fetched from storage, before any transform (cumulative).
+        fetch_time: seconds spent inside storage reads, summed over I/O threads (cumulative).
+        transform_time: seconds spent inside successful transform calls (cumulative).
+        rows_skipped: rows dropped by ``on_transform_error`` (cumulative).
+        rows_delivered: rows (or, when packing, documents) handed to consumers (cumulative).
+        consumed_rows: rows or documents yielded by the live iterations; 0 when idle.
+        raw_queue_depth: fetched rows waiting for a transform; 0 when idle.
+        prefetch_queue_depth: transformed rows (or buffered documents) waiting to be yielded; 0 when idle.
+        unscanned_rows: rows of the owned splits not yet requested from storage; 0 when idle.
+    """
+
+    bytes_loaded: int
+    fetch_time: float
+    transform_time: float
+    rows_skipped: int
+    rows_delivered: int
+    consumed_rows: int
+    raw_queue_depth: int
+    prefetch_queue_depth: int
+    unscanned_rows: int
+
+
+class Counters:
+    """Thread-safe counters of one process, optionally published to a shared slot."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._values = dict.fromkeys(_FIELDS, 0)
+        self._shared: Any = None
+        self._slot: int | None = None
+        self._baseline = dict.fromkeys(_CUMULATIVE, 0)
+
+    # -- pickling: counters travel with the dataset, the lock and slot do not
+    def __getstate__(self) -> dict[str, Any]:
+        with self._lock:
+            return {"values": dict(self._values), "shared": self._shared}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._lock = threading.Lock()
+        self._values = dict.fromkeys(_FIELDS, 0)
+        self._values.update({k: state["values"][k] for k in _CUMULATIVE})
+        self._shared = state["shared"]
+        self._slot = None
+        self._baseline = dict.fromkeys(_CUMULATIVE, 0)
+
+    def attach_shared(self, shared: Any) -> None:
+        """Use ``shared`` (from :func:`new_shared`) for cross-process publishing."""
+        self._shared = shared
+
+    @property
+    def shared(self) -> Any:
+        return self._shared
+
+    def publish_as_worker(self, worker_id: int) -> None:
+        """From now on, mirror this process's values into worker slot ``worker_id``.
+
+        The slot starts from zero for this process, so a slot holds what its
+        worker did since it started; cumulative counters pickled from the parent
+        stay local and are not published again.
+        """
+        if self._shared is None or not 0 <= worker_id < MAX_WORKERS:
+            return
+        with self._lock:
+            self._slot = worker_id
+            self._baseline = {k: self._values[k] for k in _CUMULATIVE}
+            self._publish()
+
+    def _publish(self) -> None:
+        if self._slot is None or self._shared is None:
+            return
+        base = _HEADER + self._slot * _WIDTH
+        for i, name in enumerate(_FIELDS):
+            value = self._values[name]
+            if name in _CUMULATIVE:
+                value -= self._baseline[name]
+            self._shared[base + i] = value
+
+    def add(self, **deltas: int) -> None:
+        """Add to cumulative counters (and gauges given as deltas)."""
+        with self._lock:
+            for name, delta in deltas.items():
+                self._values[name] += delta
+            self._publish()
+
+    def set(self, **values: int) -> None:
+        """Set gauges."""
+        with self._lock:
+            self._values.update(values)
+            self._publish()
+
+    def idle(self) -> None:
+        """Zero every gauge (an iteration ended)."""
+        self.set(**dict.fromkeys(_GAUGES, 0))
+
+    def snapshot(self) -> Statistics:
+        """Local values plus every other worker slot."""
+        with self._lock:
+            totals = dict(self._values)
+            shared, own = self._shared, self._slot
+        if shared is not None:
+            for slot in range(MAX_WORKERS):
+                if slot == own:
+                    continue
+                base = _HEADER + slot * _WIDTH
+                for i, name in enumerate(_FIELDS):
+                    totals[name] += shared[base + i]
+        return Statistics(
+            bytes_loaded=totals["bytes_loaded"],
+            fetch_time=totals["fetch_ns"] / 1e9,
+            transform_time=totals["transform_ns"] / 1e9,
+            rows_skipped=totals["rows_skipped"],
+            rows_delivered=totals["rows_delivered"],
+            consumed_rows=totals["consumed_rows"],
+            raw_queue_depth=totals["raw_rows"],
+            prefetch_queue_depth=totals["ready_rows"],
+            unscanned_rows=totals["unscanned_rows"],
+        )
+
+
+def new_shared() -> Any:
+    """A zeroed shared array: one header slot plus one slot of counters per worker."""
+    return RawArray(ctypes.c_int64, _HEADER + MAX_WORKERS * _WIDTH)
+
+
+def zero_worker_gauges(shared: Any) -> None:
+    """Zero every worker's gauges (their iterations are over)."""
+    if shared is None:
+        return
+    for slot in range(MAX_WORKERS):
+        base = _HEADER + slot * _WIDTH
+        for i, name in enumerate(_FIELDS):
+            if name in _GAUGES:
+                shared[base + i] = 0

@@ -1,0 +1,193 @@
+# Constructor validation for StreamingDataset.
+#
+# Rules: every parameter is checked here, before any I/O, in a fixed order:
+# types first (TypeError), then values (ValueError). The order and the
+# exception classes follow spec/ERRORS.md; this module is an independent
+# implementation and must not import elastic_loader.spec.
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import cast
+
+EPOCH_PRIME = 100003
+SEED_LIMIT = 2**64
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _need(condition: bool, message: str) -> None:
+    if not condition:
+        raise ValueError(message)
+
+
+@dataclass(frozen=True)
+class Checked:
+    """Parameters after validation and default resolution."""
+
+    num_splits: int
+    io_queue_depth: int
+    draw_seed: bool
+
+
+# Integer parameters in checking order: (name, may be None, minimum or None).
+_INTS: tuple[tuple[str, bool, int | None], ...] = (
+    ("prefetch_batches", True, None),
+    ("world_size", False, 1),
+    ("rank", False, 0),
+    ("num_splits", True, 1),
+    ("epoch", False, 0),
+    ("shuffle_seed", True, 0),
+    ("read_batch_size", False, 1),
+    ("io_queue_depth", False, None),
+    ("transform_parallelism", True, 1),
+    ("transform_queue_depth", True, 1),
+    ("shuffle_clump_size", True, 1),
+    ("pack_sequences", True, None),
+    ("eos_id", True, None),
+    ("pad_id", True, None),
+)
+
+
+def _columns_ok(value: object) -> bool:
+    return value is None or (isinstance(value, (list, tuple)) and all(isinstance(c, str) for c in value))
+
+
+def _worker_info_ok(value: object) -> bool:
+    return value is None or (hasattr(value, "id") and hasattr(value, "num_workers"))
+
+
+_OTHERS: tuple[tuple[str, Callable[[object], bool], str], ...] = (
+    ("shuffle", lambda v: isinstance(v, bool), "a bool"),
+    ("split_strategy", lambda v: v is None or callable(v), "None or a callable"),
+    ("filter", lambda v: v is None or isinstance(v, str), "None or a SQL string"),
+    ("transform", lambda v: v is None or callable(v), "None or a callable"),
+    ("connection_factory", lambda v: v is None or callable(v), "None or a callable"),
+    ("columns", _columns_ok, "None or a list of column names"),
+    ("worker_info_override", _worker_info_ok, "None or an object with .id and .num_workers"),
+)
+
+
+def check_parameters(
+    p: dict[str, object],
+    column_kind: Callable[[str], str | None],
+    count_rows: Callable[[], int],
+) -> Checked:
+    """Validate constructor keywords ``p``.
+
+    Args:
+        p: every keyword of ``StreamingDataset`` by name.
+        column_kind: schema lookup: ``None`` for an unknown column, else
+            ``"int_list"``, ``"other_list"`` or ``"scalar"``.
+        count_rows: rows passing ``filter`` (called last, it may do I/O).
+
+    Raises:
+        TypeError: a parameter has the wrong type.
+        ValueError: a parameter is out of range or inconsistent.
+    """
+    for name, nullable, _ in _INTS:
+        value = p[name]
+        if (value is None and nullable) or _is_int(value):
+            continue
+        raise TypeError(f"{name} must be an int, got {value!r}")
+    for name, ok, what in _OTHERS:
+        if not ok(p[name]):
+            raise TypeError(f"{name} must be {what}, got {p[name]!r}")
+
+    io_queue_depth = p["io_queue_depth"]
+    if p["prefetch_batches"] is not None:
+        warnings.warn(
+            "prefetch_batches is deprecated; use io_queue_depth",
+            DeprecationWarning,
+            stacklevel=4,
+        )
+        io_queue_depth = p["prefetch_batches"]
+    for name, _, minimum in _INTS:
+        value = p[name]
+        if minimum is not None and isinstance(value, int) and value < minimum:
+            raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    world_size, rank = cast(int, p["world_size"]), cast(int, p["rank"])
+    _need(rank < world_size, f"rank ({rank}) must be smaller than world_size ({world_size})")
+    num_splits = world_size if p["num_splits"] is None else cast(int, p["num_splits"])
+    _need(
+        num_splits % world_size == 0,
+        f"num_splits ({num_splits}) must be divisible by world_size ({world_size})",
+    )
+    seed, epoch = p["shuffle_seed"], cast(int, p["epoch"])
+    if seed is None:
+        _need(
+            world_size == 1,
+            "shuffle_seed=None draws a different random seed on every rank, so ranks would "
+            "read different permutations; pass the same explicit shuffle_seed on every rank",
+        )
+    else:
+        _need(
+            cast(int, seed) + epoch * EPOCH_PRIME < SEED_LIMIT,
+            f"shuffle_seed + epoch * {EPOCH_PRIME} must be < 2**64",
+        )
+    assert isinstance(io_queue_depth, int)
+    _need(io_queue_depth > 0, f"io_queue_depth must be > 0, got {io_queue_depth}")
+    _check_packing(p, num_splits, column_kind)
+    mode = p["on_transform_error"]
+    _need(
+        mode in ("raise", "skip", "warn") or callable(mode),
+        f"on_transform_error must be 'raise', 'skip', 'warn' or a callable, got {mode!r}",
+    )
+    columns = p["columns"]
+    if columns is not None:
+        assert isinstance(columns, (list, tuple))
+        _check_columns(columns, column_kind)
+    rows = count_rows()
+    _need(
+        rows >= num_splits,
+        f"the table has {rows} rows (after filter), fewer than num_splits={num_splits}; "
+        "every split needs at least one row",
+    )
+    return Checked(num_splits, io_queue_depth, seed is None)
+
+
+def _check_columns(columns: Sequence[str], column_kind: Callable[[str], str | None]) -> None:
+    _need(len(columns) > 0, "columns must name at least one column (or be None for all)")
+    _need(len(set(columns)) == len(columns), f"columns must not repeat a name: {list(columns)}")
+    for name in columns:
+        _need(column_kind(name) is not None, f"unknown column {name!r}")
+
+
+def _check_packing(p: dict[str, object], num_splits: int, column_kind: Callable[[str], str | None]) -> None:
+    pack = p["pack_sequences"]
+    bpe = p["blocks_per_epoch"]
+    if pack is None:
+        _need(bpe is None, "blocks_per_epoch requires pack_sequences")
+        return
+    assert isinstance(pack, int)
+    _need(pack > 0, f"pack_sequences must be > 0, got {pack}")
+    _need(p["eos_id"] is not None, "eos_id is required when pack_sequences is set")
+    _need(p["pad_id"] is not None, "pad_id is required when pack_sequences is set")
+    for name in ("eos_id", "pad_id"):
+        value = p[name]
+        assert isinstance(value, int)
+        _need(INT64_MIN <= value <= INT64_MAX, f"{name} must fit in int64, got {value}")
+    _need(bpe is not None, "blocks_per_epoch is required when pack_sequences is set (an int or 'auto')")
+    if bpe != "auto":
+        _need(_is_int(bpe), f"blocks_per_epoch must be a positive int or 'auto', got {bpe!r}")
+        assert isinstance(bpe, int)
+        _need(bpe > 0, f"blocks_per_epoch must be > 0, got {bpe}")
+        _need(
+            bpe % num_splits == 0,
+            f"blocks_per_epoch ({bpe}) must be divisible by num_splits ({num_splits})",
+        )
+    _need(p["transform"] is None, "transform cannot be combined with pack_sequences")
+    columns = p["columns"]
+    _need(
+        isinstance(columns, (list, tuple)) and len(columns) == 1,
+        "pack_sequences requires columns to name exactly one list column of token ids",
+    )
+    assert isinstance(columns, (list, tuple))
+    kind = column_kind(columns[0])
+    _need(kind is not None, f"unknown column {columns[0]!r}")
+    _need(kind != "scalar", f"pack_sequences requires a list column; {columns[0]!r} is not a list")
+    _need(kind == "int_list", f"pack_sequences requires integer tokens; {columns[0]!r} holds other values")

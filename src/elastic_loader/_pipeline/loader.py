@@ -1,0 +1,228 @@
+# StreamingDataLoader: a torch DataLoader whose checkpoints count only delivered batches.
+#
+# Rules: every batch a worker produces carries the worker's checkpoint right
+# after the batch's last item; the parent commits it into its dataset when the
+# batch is returned by next(), never earlier. A failed batch disables
+# checkpoints until a checkpoint is loaded. Workers start with a start method
+# that is safe with LanceDB (not fork) unless the caller chooses one.
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
+
+from torch.utils.data import DataLoader, IterableDataset
+
+from ._stats import zero_worker_gauges
+from .dataset import _ACTIVE, StreamingDataset
+
+DEFAULT_START_METHOD = "spawn"
+# DataLoader.__init__ parameters by position after ``dataset`` (torch >= 2.3).
+_POSITIONAL = (
+    "batch_size",
+    "shuffle",
+    "sampler",
+    "batch_sampler",
+    "num_workers",
+    "collate_fn",
+    "pin_memory",
+    "drop_last",
+    "timeout",
+    "worker_init_fn",
+    "multiprocessing_context",
+)
+
+
+class _Delivered(NamedTuple):
+    data: Any
+    state: dict[str, object]
+
+
+class _Adapter(IterableDataset[Any]):
+    """What torch iterates: the dataset's items, with the consumer-commit transport on."""
+
+    def __init__(self, dataset: StreamingDataset) -> None:
+        super().__init__()
+        self.dataset = dataset
+
+    def __iter__(self) -> Iterator[Any]:
+        return self.dataset._iterate(transport=True)
+
+    def __getattr__(self, name: str) -> Any:
+        dataset = self.__dict__.get("dataset")
+        if dataset is None:
+            raise AttributeError(name)
+        return getattr(dataset, name)
+
+
+class _CommitCollate:
+    """Collate as usual, then attach the producing dataset's checkpoint."""
+
+    def __init__(self, collate_fn: Callable[[Any], Any], key: str) -> None:
+        self.collate_fn = collate_fn
+        self.key = key
+
+    def __call__(self, samples: Any) -> _Delivered:
+        try:
+            data = self.collate_fn(samples)
+        except StopIteration as exc:
+            raise RuntimeError("collate_fn raised StopIteration") from exc
+        dataset = _ACTIVE.get(self.key)
+        if dataset is None:
+            raise RuntimeError("StreamingDataLoader collate ran outside of a dataset iteration")
+        return _Delivered(data, dataset._snapshot())
+
+
+class _CommitIterator:
+    """Wraps torch's iterator; commits each batch's checkpoint when the batch is returned."""
+
+    def __init__(self, inner: Any, dataset: StreamingDataset, token: int, require_uniform: bool) -> None:
+        self._inner = inner
+        self._dataset = dataset
+        self._token: int | None = token
+        self._require_uniform = require_uniform
+        self._done = False
+
+    def __iter__(self) -> _CommitIterator:
+        return self
+
+    def __len__(self) -> int:
+        return len(self._inner)
+
+    def __next__(self) -> Any:
+        if self._done:
+            raise StopIteration
+        try:
+            batch = next(self._inner)
+        except StopIteration:
+            self._finish()
+            raise
+        except BaseException as exc:
+            self._dataset._invalidate(f"a batch failed before it reached the trainer ({exc!r})")
+            self._finish()
+            raise
+        try:
+            if not isinstance(batch, _Delivered):
+                raise RuntimeError("StreamingDataLoader received a batch without its checkpoint")
+            self._dataset._commit(batch.state, require_uniform=self._require_uniform)
+        except BaseException as exc:
+            self._dataset._invalidate(f"a batch's checkpoint could not be committed ({exc!r})")
+            self._finish()
+            raise
+        return batch.data
+
+    def _finish(self) -> None:
+        self._done = True
+        token, self._token = self._token, None
+        if token is None:
+            return
+        shutdown = getattr(self._inner, "_shutdown_workers", None)
+        try:
+            if shutdown is not None:
+                shutdown()
+            else:
+                fetcher = getattr(self._inner, "_dataset_fetcher", None)
+                close = getattr(getattr(fetcher, "dataset_iter", None), "close", None)
+                if close is not None:
+                    close()
+        finally:
+            zero_worker_gauges(self._dataset._counters.shared)
+            self._dataset._release(token)
+
+    def close(self) -> None:
+        """Stop the workers and release the dataset (also done at exhaustion and on garbage collection)."""
+        self._finish()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(BaseException):
+            self._finish()
+
+
+class StreamingDataLoader(DataLoader[Any]):
+    """A ``torch.utils.data.DataLoader`` whose dataset checkpoints count only delivered batches.
+
+    Workers prefetch; this loader carries each worker's checkpoint with its batch
+    and applies it to the parent :class:`StreamingDataset` when ``next()``
+    returns the batch, so ``dataset.state_dict()`` always describes exactly what
+    the trainer received. Batches are the same as a plain ``DataLoader``'s.
+
+    Differences from ``DataLoader``: ``dataset`` must be a
+    :class:`StreamingDataset`; ``in_order`` must stay ``True`` and
+    ``persistent_workers`` ``False`` (worker copies could not be reset from a
+    loaded checkpoint); ``drop_last`` is refused (dropped tails would depend on
+    the worker count). With ``num_workers > 0`` and no
+    ``multiprocessing_context``, workers use ``"spawn"`` (fork is unsafe with
+    LanceDB's runtime threads). With several workers, ``state_dict()`` answers
+    at step boundaries, when every split of the rank has yielded the same count.
+
+    Raises:
+        TypeError: ``dataset`` is not a ``StreamingDataset`` (or overrides ``__iter__``).
+        ValueError: an unsupported option is set.
+    """
+
+    def __init__(self, dataset: StreamingDataset, *args: Any, **kwargs: Any) -> None:
+        if not isinstance(dataset, StreamingDataset):
+            raise TypeError(f"StreamingDataLoader needs a StreamingDataset, got {type(dataset).__name__}")
+        if type(dataset).__iter__ is not StreamingDataset.__iter__:
+            raise TypeError(
+                "StreamingDataLoader does not support StreamingDataset subclasses overriding __iter__"
+            )
+        if "in_order" in kwargs and kwargs["in_order"] is not True:
+            raise ValueError("StreamingDataLoader needs in_order=True: checkpoints commit in delivery order")
+        if kwargs.get("persistent_workers", False):
+            raise ValueError(
+                "StreamingDataLoader does not support persistent_workers=True: worker copies could not be "
+                "reset from a loaded checkpoint"
+            )
+        given = dict(zip(_POSITIONAL, args))
+        workers = int(given.get("num_workers", kwargs.get("num_workers", 0)) or 0)
+        if (
+            workers > 0
+            and "multiprocessing_context" not in given
+            and kwargs.get("multiprocessing_context") is None
+        ):
+            kwargs["multiprocessing_context"] = multiprocessing.get_context(DEFAULT_START_METHOD)
+        self._streaming_dataset = dataset
+        super().__init__(_Adapter(dataset), *args, **kwargs)
+        if self.drop_last:
+            raise ValueError(
+                "StreamingDataLoader does not support drop_last=True: the dropped tails would depend on the "
+                "number of workers"
+            )
+        self.collate_fn = _CommitCollate(self.collate_fn, dataset._uid)
+
+    @property
+    def streaming_dataset(self) -> StreamingDataset:
+        """The dataset whose checkpoints this loader commits."""
+        return self._streaming_dataset
+
+    def __iter__(self) -> _CommitIterator:  # type: ignore[override]
+        dataset = self._streaming_dataset
+        workers = self.num_workers
+        k = dataset._splits_per_rank
+        if workers > 1 and k % workers:
+            raise ValueError(
+                f"the {k} splits of this rank cannot be shared by {workers} workers; num_splits / world_size "
+                "must be divisible by num_workers"
+            )
+        token = dataset._acquire()
+        try:
+            progress = dataset._current_progress()
+            packed = dataset._pack_sequences is not None
+            if packed:
+                counts = {progress.emitted[s] for s in dataset._rank_splits}  # type: ignore[union-attr]
+            elif workers > 1:
+                counts = {progress.samples[s] for s in dataset._rank_splits}  # type: ignore[union-attr]
+            else:
+                counts = set()
+            if len(counts) > 1:
+                raise RuntimeError(
+                    "StreamingDataLoader must start at a step boundary (every split of this rank at the same "
+                    f"count, now {sorted(counts)}); load a checkpoint taken at a step boundary"
+                )
+            inner = super().__iter__()
+        except BaseException:
+            dataset._release(token)
+            raise
+        return _CommitIterator(inner, dataset, token, require_uniform=workers > 1 or packed)

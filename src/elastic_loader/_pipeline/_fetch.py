@@ -128,7 +128,18 @@ class Pipeline:
         self._unit_rows = max(self._min_rows, FIRST_UNIT_ROWS)
         self._ceiling: int | None = None
         self._closed = False
-        counters.set(unscanned_rows=self.unscanned())
+        self._gauge_lock = threading.Lock()
+        self._gauges = {"unscanned_rows": 0, "raw_rows": 0}
+        self._gauge(unscanned_rows=self.unscanned())
+
+    def _gauge(self, **deltas: int) -> None:
+        """Move this pipeline's share of the gauges; nothing moves once it is closed."""
+        with self._gauge_lock:
+            if self._closed:
+                return
+            for name, delta in deltas.items():
+                self._gauges[name] += delta
+            self._counters.add(**deltas)
 
     # ------------------------------------------------------------ planning
 
@@ -178,7 +189,7 @@ class Pipeline:
         read = self._io.submit(self._read, ids, number)
         read.add_done_callback(lambda f: self._transform(f, done, number))
         self._pending.append(Unit(number, segments, len(ids), done))
-        self._counters.add(unscanned_rows=-len(ids))
+        self._gauge(unscanned_rows=-len(ids))
         ceiling = self._ceiling or MAX_UNIT_ROWS
         self._unit_rows = max(self._min_rows, min(ceiling, self._unit_rows * 2))
 
@@ -189,7 +200,8 @@ class Pipeline:
         table = self._reader.take(ids, self._columns)
         elapsed = time.perf_counter_ns() - t0
         batch = _one_batch(table)
-        self._counters.add(bytes_loaded=batch.nbytes, fetch_ns=elapsed, raw_rows=batch.num_rows)
+        self._counters.add(bytes_loaded=batch.nbytes, fetch_ns=elapsed)
+        self._gauge(raw_rows=batch.num_rows)
         if batch.num_rows and self._ceiling is None:
             per_row = max(1, batch.nbytes // batch.num_rows)
             self._ceiling = max(self._min_rows, min(MAX_UNIT_ROWS, TARGET_UNIT_BYTES // per_row))
@@ -222,7 +234,7 @@ class Pipeline:
                     done.set_exception(exc)
                 return
             finally:
-                self._counters.add(raw_rows=-size)
+                self._gauge(raw_rows=-size)
             with lock:
                 remaining[0] -= 1
                 last = remaining[0] == 0
@@ -257,9 +269,11 @@ class Pipeline:
 
     def close(self) -> None:
         """Stop: cancel queued work, do not wait for reads already running."""
-        if self._closed:
-            return
-        self._closed = True
+        with self._gauge_lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._counters.add(**{name: -value for name, value in self._gauges.items()})
         for unit in self._pending:
             unit.future.cancel()
         self._pending.clear()

@@ -135,6 +135,7 @@ class SplitStream:
         self._part_ends: list[np.ndarray] = []
         self._part_positions: list[np.ndarray] = []
         self.fetched_docs = 0
+        self.fetched_tokens = 0
 
     def _settle(self) -> None:
         if not self._parts:
@@ -166,6 +167,7 @@ class SplitStream:
         self._part_ends.append(base + ends)
         self._part_positions.append(positions.astype(np.int64))
         self.fetched_docs += len(lengths)
+        self.fetched_tokens += int(ends[-1])
 
     def available_cycles(self, length: int, exhausted: bool) -> int | None:
         """Cycles this split can complete now (``None``: unlimited, it only pads from here)."""

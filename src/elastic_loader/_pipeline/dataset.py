@@ -734,9 +734,8 @@ class _Live:
             stream = streams[i]
             if stream.error is not None:
                 return 0
-            fetched = stream.fetched_docs
-            if fetched:
-                doc_tokens[0] = max(1.0, (stream.stream_len() + 1) / max(1, fetched))
+            if stream.fetched_docs:
+                doc_tokens[0] = max(1.0, stream.fetched_tokens / stream.fetched_docs)
             per_split = max(length, _TARGET_UNIT_TOKENS // len(streams))
             buffered = stream.buffered_tokens() + pipe.inflight[i] * doc_tokens[0]
             if buffered >= per_split * ds._io_queue_depth:

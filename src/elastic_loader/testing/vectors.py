@@ -23,7 +23,7 @@ import difflib
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TypedDict, cast
 
@@ -41,6 +41,7 @@ __all__ = [
     "FAMILIES",
     "FORMAT_VERSION",
     "REGENERATE",
+    "check",
     "VectorCase",
     "VectorFile",
     "decode_value",
@@ -268,9 +269,14 @@ def describe_differences(name: str, expected: str, actual: str | None, max_lines
     return out
 
 
-def check(directory: Path) -> list[str]:
-    """Every difference between the files in ``directory`` and a fresh generation."""
-    fresh = generate_all()
+def check(directory: Path, fresh: Mapping[str, str] | None = None) -> list[str]:
+    """Every difference between the files in ``directory`` and a fresh generation.
+
+    Args:
+        directory: the vectors directory to check.
+        fresh: the output of :func:`generate_all`, when the caller already has it.
+    """
+    fresh = generate_all() if fresh is None else fresh
     problems: list[str] = []
     for name, text in fresh.items():
         path = directory / name

@@ -48,3 +48,7 @@ clean:
 ## vectors: regenerate the language-neutral test vectors under spec/vectors/
 vectors: $(STAMP)
 	$(PY) -m elastic_loader.testing.vectors generate
+
+## bench: the side-by-side ratio table (elastic-loader vs lancedb.streaming vs raw take)
+bench: $(STAMP)
+	$(PY) benchmarks/compare.py --json benchmarks/results.json

@@ -1,0 +1,244 @@
+"""Benchmark tables and workloads: elastic-loader, lancedb.streaming and the raw LanceDB limit.
+
+Every workload returns the number of items it processed (rows or tokens); the
+callers time it. Tables live under ``benchmarks/.data`` and are built once
+(with a progress bar). The raw limits are what the issue defines: LanceDB
+``take`` of the same rows in random order, in chunks of 1024 rows, plus
+``to_pylist`` (row mode) or as Arrow (tokens).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import lancedb
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+DATA = Path(os.environ.get("ELASTIC_LOADER_BENCH_DATA", Path(__file__).parent / ".data"))
+RAW_CHUNK = 1024
+
+
+@dataclass(frozen=True)
+class TokenTable:
+    """A token table and the packing settings benchmarked on it."""
+
+    name: str
+    docs: int
+    min_len: int
+    max_len: int
+    pack: int
+
+
+ROWS = int(os.environ.get("ELASTIC_LOADER_BENCH_ROWS", 300_000))
+TTFR_ROWS = 1_000_000
+TOKENS = (
+    TokenTable("short_docs", 200_000, 8, 128, 1024),
+    TokenTable("long_docs", 40_000, 128, 2048, 2048),
+)
+
+
+def connect() -> Any:
+    DATA.mkdir(parents=True, exist_ok=True)
+    return lancedb.connect(str(DATA))
+
+
+def _exists(db: Any, name: str) -> bool:
+    return name in db.list_tables().tables
+
+
+def rows_table(rows: int = ROWS) -> Any:
+    """``rows`` rows of a typical feature table: id, a float, a short string, a 16-float vector."""
+    db = connect()
+    name = f"rows_{rows}"
+    if not _exists(db, name):
+        from tqdm import tqdm
+
+        rng = np.random.default_rng(0)
+        chunk = 100_000
+        table = None
+        for start in tqdm(range(0, rows, chunk), desc=f"building {name}", unit="chunk"):
+            n = min(chunk, rows - start)
+            ids = np.arange(start, start + n)
+            vec = pa.FixedSizeListArray.from_arrays(pa.array(rng.random(n * 16, dtype=np.float32)), 16)
+            data = pa.table(
+                {"id": ids, "x": rng.random(n), "label": [f"item-{i:09d}" for i in ids], "vec": vec}
+            )
+            if table is None:
+                table = db.create_table(name, data)
+            else:
+                table.add(data)
+        assert table is not None
+        table.optimize()
+    return db.open_table(name)
+
+
+def token_table(spec: TokenTable) -> Any:
+    """Documents of token ids with log-uniform lengths in ``[min_len, max_len]``."""
+    db = connect()
+    if not _exists(db, spec.name):
+        from tqdm import tqdm
+
+        rng = np.random.default_rng(1)
+        chunk = 20_000
+        table = None
+        for start in tqdm(range(0, spec.docs, chunk), desc=f"building {spec.name}", unit="chunk"):
+            n = min(chunk, spec.docs - start)
+            lengths = np.exp(rng.uniform(np.log(spec.min_len), np.log(spec.max_len + 1), n)).astype(np.int64)
+            offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+            values = rng.integers(0, 50_000, int(offsets[-1]), dtype=np.int64)
+            tokens = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(values))
+            data = pa.table({"id": np.arange(start, start + n), "tokens": tokens})
+            if table is None:
+                table = db.create_table(spec.name, data)
+            else:
+                table.add(data)
+        assert table is not None
+        table.optimize()
+    return db.open_table(spec.name)
+
+
+def blocks_per_epoch(table: Any, spec: TokenTable, num_splits: int) -> int:
+    """An exact budget: every token plus one EOS per document, in blocks, rounded to the splits."""
+    lengths = pc.list_value_length(table.to_arrow().column("tokens"))
+    total = int(pc.sum(lengths).as_py()) + table.count_rows()
+    blocks = total // spec.pack
+    return max(num_splits, blocks - blocks % num_splits)
+
+
+def shuffled_row_ids(table: Any, seed: int = 0) -> np.ndarray:
+    from lancedb.permutation import permutation_builder
+
+    perm = permutation_builder(table).split_random(fixed=1, seed=seed).execute().to_arrow()
+    return perm.column("row_id").to_numpy()
+
+
+# ---------------------------------------------------------------- raw limits
+
+
+def raw_rows(table: Any) -> Callable[[], int]:
+    """LanceDB take of every row in random order, 1024 rows per call, then ``to_pylist``."""
+    ids = shuffled_row_ids(table)
+    dataset = table.to_lance()
+
+    def run() -> int:
+        n = 0
+        for start in range(0, len(ids), RAW_CHUNK):
+            n += len(dataset._take_rows(pa.array(ids[start : start + RAW_CHUNK])).to_pylist())
+        return n
+
+    return run
+
+
+def raw_tokens(table: Any) -> Callable[[], int]:
+    """LanceDB take of every document in random order, 1024 per call, as Arrow; counts tokens + EOS."""
+    ids = shuffled_row_ids(table)
+    dataset = table.to_lance()
+
+    def run() -> int:
+        n = 0
+        for start in range(0, len(ids), RAW_CHUNK):
+            batch = dataset._take_rows(pa.array(ids[start : start + RAW_CHUNK]), columns=["tokens"])
+            n += len(batch.column(0).combine_chunks().values) + batch.num_rows
+        return n
+
+    return run
+
+
+# ---------------------------------------------------------------- loaders
+
+
+def _dataset_class(impl: str) -> Any:
+    if impl == "elastic_loader":
+        from elastic_loader import StreamingDataset
+
+        return StreamingDataset
+    from lancedb.streaming import StreamingDataset as Reference
+
+    return Reference
+
+
+def _loader_class(impl: str) -> Any:
+    if impl == "elastic_loader":
+        from elastic_loader import StreamingDataLoader
+
+        return StreamingDataLoader
+    from lancedb.streaming import StreamingDataLoader as Reference
+
+    return Reference
+
+
+def rows_epoch(impl: str, table: Any, num_splits: int = 8) -> Callable[[], int]:
+    """One epoch of row mode at default settings, counting rows."""
+    cls = _dataset_class(impl)
+
+    def run() -> int:
+        return sum(1 for _ in cls(table, num_splits=num_splits, shuffle_seed=0))
+
+    return run
+
+
+def packed_epoch(impl: str, table: Any, spec: TokenTable, num_splits: int = 8) -> Callable[[], int]:
+    """One packed epoch at default settings, counting tokens (padding included)."""
+    cls = _dataset_class(impl)
+    budget = blocks_per_epoch(table, spec, num_splits)
+
+    def run() -> int:
+        ds = cls(
+            table,
+            num_splits=num_splits,
+            shuffle_seed=0,
+            columns=["tokens"],
+            pack_sequences=spec.pack,
+            eos_id=-1,
+            pad_id=-2,
+            blocks_per_epoch=budget,
+        )
+        return sum(int(block["input_ids"].numel()) for block in ds)
+
+    return run
+
+
+def loader_epoch(impl: str, table: Any, workers: int = 2, batch_size: int = 64) -> Callable[[], int]:
+    """One epoch through a StreamingDataLoader with worker processes (spawn for both), counting rows."""
+    import multiprocessing
+
+    dataset_cls, loader_cls = _dataset_class(impl), _loader_class(impl)
+
+    def run() -> int:
+        ds = dataset_cls(table, num_splits=8, shuffle_seed=0)
+        loader = loader_cls(
+            ds,
+            batch_size=batch_size,
+            num_workers=workers,
+            multiprocessing_context=multiprocessing.get_context("spawn"),
+            collate_fn=_count_collate,
+        )
+        return sum(loader)
+
+    return run
+
+
+def _count_collate(samples: list[Any]) -> int:
+    return len(samples)
+
+
+def time_to_first_row(impl: str, table: Any) -> float:
+    """Seconds from construction to the first row, at default settings."""
+    cls = _dataset_class(impl)
+    t0 = time.perf_counter()
+    ds = cls(table, num_splits=8, shuffle_seed=0)
+    next(iter(ds))
+    return time.perf_counter() - t0
+
+
+def quiet() -> None:
+    """Silence the expected warnings of benchmark runs."""
+    warnings.filterwarnings("ignore", category=UserWarning)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from hypothesis import given
+import pytest
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from elastic_loader.spec import (
@@ -21,6 +22,7 @@ from elastic_loader.spec import (
     iterate_rows,
     load_row,
     merge_state_dicts,
+    owned_splits,
     rank_splits,
     run_loader,
     snapshot_row,
@@ -30,6 +32,7 @@ from elastic_loader.spec.invariants import (
     ConsumerCommitProp,
     ElasticDeterminismProp,
     ExactlyOnceProp,
+    InvariantViolation,
     ResumeEquivalenceProp,
 )
 from elastic_loader.testing.strategies import (
@@ -72,15 +75,70 @@ def test_ElasticDeterminismProp_every_shape_of_twelve_splits() -> None:
 # ---------------------------------------------------------------- ResumeEquivalenceProp
 
 
+def _catch_up_deficit(state: RowState) -> int:
+    """Rows an iterator over every split yields before its catch-up ends (R4.1)."""
+    return sum(max(state.samples) - c for c in state.samples)
+
+
 @given(st.data())
 def test_ResumeEquivalenceProp_rows(data: st.DataObject) -> None:
+    """Checkpoints taken once the uninterrupted run's catch-up is over (any faults).
+
+    The predicate's domain: see ``test_ResumeEquivalenceProp_catch_up_limit``
+    for why a checkpoint taken *during* that catch-up is excluded when rows
+    skip or raise.
+    """
+    perm = data.draw(permutations(), label="perm")
+    faults = data.draw(fault_sets(perm), label="faults")
+    start = data.draw(reachable_row_states(perm, faults), label="start")
+    uninterrupted = iterate_rows(perm, faults, tuple(range(len(perm))), start)
+    deficit = _catch_up_deficit(start)
+    assume(deficit <= len(uninterrupted.rows))
+    n = data.draw(st.integers(deficit, len(uninterrupted.rows)), label="n")
+    topology = data.draw(topologies(len(perm)), label="topology")
+    ResumeEquivalenceProp(perm, faults, uninterrupted, n, topology)
+
+
+@given(st.data())
+def test_ResumeEquivalenceProp_rows_prefix_comparable(data: st.DataObject) -> None:
+    """Any checkpoint, any faults: the resumed rows and the uninterrupted rest never disagree.
+
+    Both are prefixes of the owned splits' canonical sequence, so one is a
+    prefix of the other; only where they stop may differ (R4.3, D7).
+    """
     perm = data.draw(permutations(), label="perm")
     faults = data.draw(fault_sets(perm), label="faults")
     start = data.draw(reachable_row_states(perm, faults), label="start")
     uninterrupted = iterate_rows(perm, faults, tuple(range(len(perm))), start)
     n = data.draw(st.integers(0, len(uninterrupted.rows)), label="n")
     topology = data.draw(topologies(len(perm)), label="topology")
-    ResumeEquivalenceProp(perm, faults, uninterrupted, n, topology)
+    owned = owned_splits(len(perm), topology)
+    got = iterate_rows(perm, faults, owned, uninterrupted.state_after(n)).rows
+    expected = tuple(y for y in uninterrupted.rows[n:] if y.split in owned)
+    shorter = min(len(got), len(expected))
+    assert got[:shorter] == expected[:shorter]
+
+
+def test_ResumeEquivalenceProp_catch_up_limit() -> None:
+    """Why checkpoints taken during the uninterrupted run's catch-up are outside the domain.
+
+    Ranks out of step leave split 0 one row ahead: samples [1, 0, 0, 0]. Split
+    3's only row is skipped. One iterator over all four splits catches up split
+    by split (R4.1) and yields split 1's and split 2's rows before it finds
+    split 3 empty. Rank 1 of two owns splits 2 and 3, which are level, so it
+    runs a cycle (R4.2): split 3 is empty, nothing is yielded. Both follow the
+    reference; the stop point depends on the topology, as R4.3 says.
+    """
+    perm = cut_splits([10, 11, 12, 13], 4)
+    faults = Faults(skipped=frozenset({13}))
+    start = RowState((1, 0, 0, 0), (1, 0, 0, 0))
+    uninterrupted = iterate_rows(perm, faults, (0, 1, 2, 3), start)
+    assert [y.row_id for y in uninterrupted.rows] == [11, 12]
+    assert iterate_rows(perm, faults, (2, 3), start).rows == ()
+    with pytest.raises(InvariantViolation, match="ResumeEquivalenceProp"):
+        ResumeEquivalenceProp(perm, faults, uninterrupted, 0, Topology(2, 1))
+    # The uninterrupted run itself stopped inside its catch-up (3 rows were due).
+    assert len(uninterrupted.rows) < _catch_up_deficit(start) == 3
 
 
 @given(st.data())

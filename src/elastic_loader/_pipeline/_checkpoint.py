@@ -167,7 +167,7 @@ def _check_identity(state: Mapping[str, object], identity: Identity) -> None:
     _need_keys(state, CONFIG)
     for key in CONFIG:
         ours = getattr(identity, key)
-        if state[key] != ours:
+        if _int(state[key], key) != ours:
             raise ValueError(f"{key} mismatch: checkpoint has {state[key]!r}, this dataset has {ours!r}")
     theirs = state.get(FINGERPRINT)
     if theirs is not None and theirs != identity.fingerprint:
@@ -188,7 +188,7 @@ def _check_identity(state: Mapping[str, object], identity: Identity) -> None:
     if identity.packing is not None:
         _need_keys(state, PACKING)
         for key, ours in zip(PACKING, identity.packing):
-            if state[key] != ours:
+            if _int(state[key], key) != ours:
                 raise ValueError(f"{key} mismatch: checkpoint has {state[key]!r}, this dataset has {ours!r}")
 
 
@@ -290,6 +290,9 @@ def merge_state_dicts(states: Sequence[object]) -> dict[str, object]:
         if is_packed(st) != is_packed(first):
             raise ValueError("cannot merge packed and row-mode state dicts")
         _need_keys(st, keys)
+    for st in parsed:
+        for key in keys:
+            _int(st[key], key)  # True or 1.0 must not pass for 1
     for st in parsed[1:]:
         for key in keys:
             if st[key] != first[key]:

@@ -164,7 +164,8 @@ def _check_same_config(
     state: Mapping[str, object], reference: Mapping[str, object], keys: Sequence[str]
 ) -> None:
     for key in keys:
-        if state[key] != reference[key]:
+        # Every config value is an int; True or 1.0 must not pass for 1.
+        if _int(state[key], key) != _int(reference[key], key):
             raise SpecValueError(f"{key}_mismatch", f"{key} differs: {state[key]!r} != {reference[key]!r}")
 
 

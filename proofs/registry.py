@@ -1,0 +1,74 @@
+"""The machine checks of every invariant, keyed by the invariant's exact name.
+
+``REGISTRY[name]`` holds the SMT lemmas about the arithmetic core of
+``name`` (possibly none) and its bounded exhaustive checks of the executable
+spec (at least one). ``proofs/<name>.md`` is the written proof; a test keeps
+the three in step with ``INVARIANT_NAMES``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from elastic_loader.spec.invariants import INVARIANT_NAMES
+
+from . import bounded_checkpoint as ck
+from . import bounded_packing as pk
+from . import bounded_rows as rw
+from . import bounded_topology as tp
+from .framework import BoundedCheck, Lemma
+from .smt import LEMMAS
+
+
+@dataclass(frozen=True)
+class InvariantChecks:
+    """Everything the machine checks say about one invariant."""
+
+    name: str
+    lemmas: tuple[Lemma, ...]
+    bounded: tuple[BoundedCheck, ...]
+
+
+_BOUNDED: tuple[BoundedCheck, ...] = (
+    tp.PARTITION,
+    tp.SPLIT_SIZE,
+    rw.PROGRESS_BOUNDS,
+    rw.SKIP_ACCOUNTING,
+    rw.HONEST_PROGRESS,
+    rw.CATCH_UP,
+    ck.LATTICE_ROWS,
+    pk.LATTICE_PACKED,
+    ck.ROUND_TRIP_ROWS,
+    pk.ROUND_TRIP_PACKED,
+    pk.CONSERVATION,
+    pk.DOC_IDS,
+    pk.AUTO_BUDGET,
+    rw.CANONICAL_ORDER,
+    tp.ELASTIC,
+    rw.RESUME_ROWS,
+    pk.RESUME_PACKED,
+    rw.EXACTLY_ONCE,
+    ck.MERGE_EXACT_ROWS,
+    pk.MERGE_EXACT_PACKED,
+    ck.CONSUMER_COMMIT,
+    pk.BUDGET,
+    rw.RAISE_POSITION,
+)
+
+
+def _build() -> dict[str, InvariantChecks]:
+    known = set(INVARIANT_NAMES)
+    stray = {c.invariant for c in _BOUNDED} - known | {lemma.invariant for lemma in LEMMAS} - known
+    if stray:
+        raise RuntimeError(f"checks registered for unknown invariants: {sorted(stray)}")
+    return {
+        name: InvariantChecks(
+            name,
+            tuple(lemma for lemma in LEMMAS if lemma.invariant == name),
+            tuple(check for check in _BOUNDED if check.invariant == name),
+        )
+        for name in INVARIANT_NAMES
+    }
+
+
+REGISTRY: dict[str, InvariantChecks] = _build()

@@ -1,0 +1,469 @@
+"""Every error code of ``spec/ERRORS.md`` is raised by the model, with the documented class.
+
+The codes and classes are read from ``spec/ERRORS.md``; each has at least one
+trigger below (a call that must fail with exactly that code). A code listed in
+the document without a trigger, or a trigger for a code the document does not
+list, fails the suite.
+"""
+
+from __future__ import annotations
+
+import builtins
+import dataclasses
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from elastic_loader.spec import (
+    CheckpointGate,
+    Faults,
+    PackBuffer,
+    PackedState,
+    PackingConfig,
+    Params,
+    RowState,
+    RunConfig,
+    TableFacts,
+    Topology,
+    commit_packed,
+    commit_row,
+    cut_splits,
+    deliver_batches,
+    estimate_blocks_per_epoch,
+    gate_after_commit,
+    gate_after_failure,
+    gate_after_untracked_iteration,
+    gate_check_state_dict,
+    global_steps,
+    group_permutation,
+    initial_packed_state,
+    initial_row_state,
+    iterate_packed,
+    iterate_rows,
+    join_packed,
+    join_row,
+    load_packed,
+    load_row,
+    merge_state_dicts,
+    owned_splits,
+    rank_splits,
+    run_loader,
+    snapshot_packed,
+    snapshot_row,
+    validate_params,
+)
+from elastic_loader.spec.errors import SpecError, SpecRuntimeError, SpecTypeError, SpecValueError
+from elastic_loader.spec.loader import check_loader_start
+from elastic_loader.spec.topology import check_permutation
+
+ERRORS_MD = Path(__file__).resolve().parents[2] / "spec" / "ERRORS.md"
+ROW = re.compile(r"^\|\s*`([a-z0-9_]+)`\s*\|\s*(ValueError|TypeError|RuntimeError)\s*\|", re.MULTILINE)
+SPEC_CLASS: dict[str, type[SpecError]] = {
+    "ValueError": SpecValueError,
+    "TypeError": SpecTypeError,
+    "RuntimeError": SpecRuntimeError,
+}
+
+
+def documented() -> dict[str, str]:
+    """Code -> builtin class name, from the tables of ``spec/ERRORS.md``."""
+    rows = ROW.findall(ERRORS_MD.read_text())
+    codes = [code for code, _ in rows]
+    assert len(codes) == len(set(codes)), "a code is listed twice in spec/ERRORS.md"
+    return dict(rows)
+
+
+# ---------------------------------------------------------------- fixtures of the triggers
+
+TABLE = TableFacts({"tokens": "int_list", "text": "other_list", "label": "scalar"}, rows=100)
+PACKS = {"pack_sequences": 4, "eos_id": 0, "pad_id": 1, "blocks_per_epoch": 4, "columns": ["tokens"]}
+PACKING = PackingConfig(pack_sequences=4, eos_id=9, pad_id=0, blocks_per_epoch=4)
+C = RunConfig(num_splits=2, shuffle_seed=0, epoch=0)
+PC = RunConfig(num_splits=2, shuffle_seed=0, epoch=0, packing=PACKING)
+FC = RunConfig(num_splits=2, shuffle_seed=0, epoch=0, perm_fingerprint="ab")
+R = snapshot_row(C, RowState((1, 1), (1, 1)))
+P = snapshot_packed(PC, PackedState((1, 1), (1, 1), {0: PackBuffer((5,), (0,))}))
+PERM = cut_splits(range(4), 2)
+CORPUS = {r: (r,) for r in range(4)}
+BUFFER = {"tokens": [5], "starts": [0]}
+
+
+def params(**kwargs: object) -> Callable[[], object]:
+    return lambda: validate_params(Params(**kwargs), TABLE)
+
+
+def without(state: dict[str, object], key: str) -> dict[str, object]:
+    return {k: v for k, v in state.items() if k != key}
+
+
+def row_run_prefix() -> object:
+    return iterate_rows(PERM, Faults(), (0, 1), initial_row_state(2)).state_after(99)
+
+
+def packed_run_prefix() -> object:
+    return iterate_packed(PERM, CORPUS, Faults(), (0, 1), PACKING, initial_packed_state(2)).state_after(-1)
+
+
+def loader_run_prefix() -> object:
+    return run_loader(C, PERM, Faults(), Topology(), initial_row_state(2), 1).state_after(99)
+
+
+INT_PARAMS = (
+    "prefetch_batches",
+    "world_size",
+    "rank",
+    "num_splits",
+    "epoch",
+    "shuffle_seed",
+    "read_batch_size",
+    "io_queue_depth",
+    "transform_parallelism",
+    "transform_queue_depth",
+    "shuffle_clump_size",
+    "pack_sequences",
+    "eos_id",
+    "pad_id",
+)
+OTHER_PARAMS = (
+    "shuffle",
+    "split_strategy",
+    "filter",
+    "transform",
+    "connection_factory",
+    "columns",
+    "worker_info_override",
+)
+MINIMUMS = {
+    "world_size": 0,
+    "rank": -1,
+    "num_splits": 0,
+    "epoch": -1,
+    "shuffle_seed": -1,
+    "read_batch_size": 0,
+    "transform_parallelism": 0,
+    "transform_queue_depth": 0,
+    "shuffle_clump_size": 0,
+}
+
+TRIGGERS: list[tuple[str, str, Callable[[], object]]] = [
+    # topology and permutations
+    ("num_splits_not_positive", "RunConfig", lambda: RunConfig(0, 0, 0)),
+    ("num_splits_not_positive", "rank_splits", lambda: rank_splits(0, 1, 0)),
+    ("num_splits_not_positive", "cut_splits", lambda: cut_splits([1], 0)),
+    ("num_splits_not_positive", "check_permutation", lambda: check_permutation(())),
+    ("num_splits_not_positive", "estimate", lambda: estimate_blocks_per_epoch([], 0, 4)),
+    ("num_splits_not_positive", "merge", lambda: merge_state_dicts([dict(R, num_splits=0)])),
+    ("world_size_not_positive", "Topology", lambda: Topology(world_size=0)),
+    ("world_size_not_positive", "rank_splits", lambda: rank_splits(2, 0, 0)),
+    ("rank_out_of_range", "Topology", lambda: Topology(2, 2)),
+    ("rank_out_of_range", "rank_splits", lambda: rank_splits(2, 2, -1)),
+    ("rank_out_of_range", "params rank >= world_size", params(rank=2, world_size=2)),
+    ("rank_out_of_range", "params rank < 0", params(rank=-1)),
+    ("num_workers_negative", "Topology", lambda: Topology(num_workers=-1)),
+    ("worker_id_out_of_range", "Topology", lambda: Topology(num_workers=2, worker_id=2)),
+    ("worker_id_out_of_range", "Topology no workers", lambda: Topology(worker_id=1)),
+    ("num_splits_not_divisible_by_world_size", "rank_splits", lambda: rank_splits(3, 2, 0)),
+    ("num_splits_not_divisible_by_world_size", "params", params(num_splits=3, world_size=2)),
+    ("rank_splits_not_divisible_by_num_workers", "owned_splits", lambda: owned_splits(4, Topology(1, 0, 3))),
+    (
+        "rank_splits_not_divisible_by_num_workers",
+        "run_loader",
+        lambda: run_loader(C, PERM, Faults(), Topology(1, 0, 3), initial_row_state(2), 1),
+    ),
+    ("fewer_rows_than_splits", "cut_splits", lambda: cut_splits([1, 2], 3)),
+    ("fewer_rows_than_splits", "params", lambda: validate_params(Params(num_splits=101), TABLE)),
+    ("permutation_columns_unequal", "group_permutation", lambda: group_permutation([1, 2], [0], 1)),
+    ("strategy_split_ids", "id out of range", lambda: group_permutation([1, 2], [0, 2], 2)),
+    ("strategy_split_ids", "id missing", lambda: group_permutation([1, 2], [0, 0], 2)),
+    ("strategy_unequal_splits", "group_permutation", lambda: group_permutation([1, 2, 3], [0, 0, 1], 2)),
+    (
+        "strategy_unequal_splits",
+        "iterate_rows",
+        lambda: iterate_rows(((1,), (2, 3)), Faults(), (0,), initial_row_state(2)),
+    ),
+    # constructor parameters
+    *[(f"{name}_type", "str", params(**{name: "1"})) for name in INT_PARAMS],
+    *[(f"{name}_type", "bool", params(**{name: True})) for name in ("world_size", "pack_sequences")],
+    *[(f"{name}_type", "int", params(**{name: 3})) for name in OTHER_PARAMS],
+    ("columns_type", "list of ints", params(columns=[1])),
+    *[(f"{name}_out_of_range", "minimum", params(**{name: value})) for name, value in MINIMUMS.items()],
+    ("shuffle_seed_out_of_range", "seed + epoch * prime", params(shuffle_seed=2**64 - 100003, epoch=1)),
+    ("io_queue_depth_out_of_range", "io_queue_depth", params(io_queue_depth=0)),
+    ("io_queue_depth_out_of_range", "prefetch_batches=0", params(prefetch_batches=0)),
+    ("eos_id_out_of_range", "int64", params(**dict(PACKS, eos_id=2**63))),
+    ("pad_id_out_of_range", "int64", params(**dict(PACKS, pad_id=-(2**63) - 1))),
+    ("shuffle_seed_none_multi_rank", "params", params(shuffle_seed=None, world_size=2)),
+    ("pack_sequences_not_positive", "params", params(**dict(PACKS, pack_sequences=0))),
+    ("pack_sequences_not_positive", "PackingConfig", lambda: PackingConfig(0, 1, 2, 4)),
+    ("eos_id_required", "params", params(**dict(PACKS, eos_id=None))),
+    ("pad_id_required", "params", params(**dict(PACKS, pad_id=None))),
+    ("blocks_per_epoch_required", "params", params(**dict(PACKS, blocks_per_epoch=None))),
+    ("blocks_per_epoch_type", "float", params(**dict(PACKS, blocks_per_epoch=2.0))),
+    ("blocks_per_epoch_type", "bool", params(**dict(PACKS, blocks_per_epoch=True))),
+    ("blocks_per_epoch_type", "AUTO", params(**dict(PACKS, blocks_per_epoch="AUTO"))),
+    ("blocks_per_epoch_not_positive", "params", params(**dict(PACKS, blocks_per_epoch=0))),
+    ("blocks_per_epoch_not_positive", "PackingConfig", lambda: PackingConfig(4, 1, 2, 0)),
+    ("blocks_per_epoch_not_divisible", "params", params(**dict(PACKS, blocks_per_epoch=3, num_splits=2))),
+    ("blocks_per_epoch_not_divisible", "RunConfig", lambda: RunConfig(3, 0, 0, packing=PACKING)),
+    ("blocks_per_epoch_without_packing", "params", params(blocks_per_epoch=4)),
+    ("transform_with_packing", "params", params(**dict(PACKS, transform=print))),
+    ("packing_columns", "None", params(**dict(PACKS, columns=None))),
+    ("packing_columns", "two", params(**dict(PACKS, columns=["tokens", "text"]))),
+    ("unknown_column", "packing", params(**dict(PACKS, columns=["nope"]))),
+    ("unknown_column", "row mode", params(columns=["tokens", "nope"])),
+    ("token_column_not_list", "scalar", params(**dict(PACKS, columns=["label"]))),
+    ("token_column_not_integer", "strings", params(**dict(PACKS, columns=["text"]))),
+    ("on_transform_error_invalid", "params", params(on_transform_error="ignore")),
+    ("columns_empty", "params", params(columns=[])),
+    ("columns_duplicate", "params", params(columns=["text", "text"])),
+    # row mode
+    ("faults_overlap", "Faults", lambda: Faults(frozenset({1}), frozenset({1}))),
+    ("list_length", "RowState", lambda: RowState((0,), (0, 0))),
+    ("list_length", "iterate_rows", lambda: iterate_rows(PERM, Faults(), (0,), initial_row_state(3))),
+    ("list_length", "PackedState", lambda: PackedState((0,), (0, 0))),
+    (
+        "list_length",
+        "iterate_packed",
+        lambda: iterate_packed(PERM, CORPUS, Faults(), (0,), PACKING, initial_packed_state(3)),
+    ),
+    ("list_length", "join_row", lambda: join_row(initial_row_state(1), initial_row_state(2))),
+    ("list_length", "join_packed", lambda: join_packed(initial_packed_state(1), initial_packed_state(2))),
+    ("list_length", "load_row", lambda: load_row(C, dict(R, samples_consumed_per_split=[1]), 5)),
+    ("list_length", "merge", lambda: merge_state_dicts([R, dict(R, positions_consumed_per_split=[1, 1, 1])])),
+    (
+        "list_length",
+        "commit_packed",
+        lambda: commit_packed(PC, initial_packed_state(2), dict(P, blocks_emitted_per_split=[1])),
+    ),
+    ("positions_below_samples", "RowState", lambda: RowState((2,), (1,))),
+    ("positions_below_samples", "RowState negative", lambda: RowState((-1,), (0,))),
+    (
+        "positions_below_samples",
+        "load_row",
+        lambda: load_row(C, dict(R, samples_consumed_per_split=[2, 1]), 5),
+    ),
+    (
+        "position_out_of_range",
+        "iterate_rows",
+        lambda: iterate_rows(PERM, Faults(), (0, 1), RowState((0, 0), (3, 0))),
+    ),
+    ("owned_not_sorted", "iterate_rows", lambda: iterate_rows(PERM, Faults(), (1, 0), initial_row_state(2))),
+    ("owned_not_sorted", "duplicates", lambda: iterate_rows(PERM, Faults(), (1, 1), initial_row_state(2))),
+    ("prefix_out_of_range", "RowRun", row_run_prefix),
+    ("prefix_out_of_range", "PackedRun", packed_run_prefix),
+    ("prefix_out_of_range", "LoaderRun", loader_run_prefix),
+    # packing
+    ("buffer_starts_unsorted", "PackBuffer", lambda: PackBuffer((1, 2), (1, 0))),
+    (
+        "buffer_starts_unsorted",
+        "load_packed",
+        lambda: load_packed(PC, dict(P, pack_buffers={0: {"tokens": [1, 2], "starts": [0, 0]}}), 2),
+    ),
+    ("buffer_start_out_of_range", "PackBuffer", lambda: PackBuffer((1,), (1,))),
+    (
+        "buffer_key_out_of_range",
+        "PackedState key",
+        lambda: PackedState((0,), (0,), {1: PackBuffer((1,), ())}),
+    ),
+    ("buffer_key_out_of_range", "PackedState empty", lambda: PackedState((0,), (0,), {0: PackBuffer()})),
+    (
+        "buffer_key_out_of_range",
+        "load_packed str",
+        lambda: load_packed(PC, dict(P, pack_buffers={"x": BUFFER}), 2),
+    ),
+    (
+        "buffer_key_out_of_range",
+        "load_packed int",
+        lambda: load_packed(PC, dict(P, pack_buffers={2: BUFFER}), 2),
+    ),
+    (
+        "buffer_key_out_of_range",
+        "merge bool",
+        lambda: merge_state_dicts([dict(P, pack_buffers={True: BUFFER})]),
+    ),
+    (
+        "buffer_key_duplicate",
+        "load_packed",
+        lambda: load_packed(PC, dict(P, pack_buffers={0: BUFFER, "0": BUFFER}), 2),
+    ),
+    (
+        "packed_state_misaligned",
+        "iterate_packed",
+        lambda: iterate_packed(PERM, CORPUS, Faults(), (0, 1), PACKING, PackedState((1, 0), (1, 0))),
+    ),
+    ("auto_budget_empty", "estimate", lambda: estimate_blocks_per_epoch([[1], []], 0, 4)),
+    ("null_tokens", "estimate", lambda: estimate_blocks_per_epoch([[None]], 0, 4)),
+    # checkpoints
+    ("checkpoint_type", "load_row", lambda: load_row(C, [1, 1], 5)),
+    ("checkpoint_type", "load_packed", lambda: load_packed(PC, "state", 5)),
+    ("checkpoint_type", "merge", lambda: merge_state_dicts([R, 3])),
+    ("checkpoint_type", "commit_row", lambda: commit_row(C, initial_row_state(2), None)),
+    ("checkpoint_missing_key", "load_row epoch", lambda: load_row(C, without(R, "epoch"), 5)),
+    (
+        "checkpoint_missing_key",
+        "load_row samples",
+        lambda: load_row(C, without(R, "samples_consumed_per_split"), 5),
+    ),
+    ("checkpoint_missing_key", "load_packed eos_id", lambda: load_packed(PC, without(P, "eos_id"), 5)),
+    (
+        "checkpoint_missing_key",
+        "load_packed emitted",
+        lambda: load_packed(PC, without(P, "blocks_emitted_per_split"), 5),
+    ),
+    ("checkpoint_missing_key", "merge later state", lambda: merge_state_dicts([R, without(R, "epoch")])),
+    (
+        "checkpoint_value_type",
+        "bool progress",
+        lambda: load_row(C, dict(R, samples_consumed_per_split=[True, 1]), 5),
+    ),
+    (
+        "checkpoint_value_type",
+        "str progress",
+        lambda: load_row(C, dict(R, samples_consumed_per_split="11"), 5),
+    ),
+    ("checkpoint_value_type", "pack_buffers list", lambda: load_packed(PC, dict(P, pack_buffers=[]), 5)),
+    (
+        "checkpoint_value_type",
+        "buffer without starts",
+        lambda: load_packed(PC, dict(P, pack_buffers={0: {"tokens": [1]}}), 5),
+    ),
+    (
+        "checkpoint_value_type",
+        "merge fingerprint",
+        lambda: merge_state_dicts([dict(R, perm_fingerprint=5), dict(R, perm_fingerprint=5)]),
+    ),
+    ("checkpoint_value_type", "merge config", lambda: merge_state_dicts([dict(R, epoch="0")])),
+    (
+        "progress_out_of_range",
+        "negative",
+        lambda: load_row(C, dict(R, samples_consumed_per_split=[-1, 0]), 5),
+    ),
+    (
+        "progress_out_of_range",
+        "legacy negative",
+        lambda: load_row(
+            C, without(dict(R, samples_consumed_per_split=-1), "positions_consumed_per_split"), 5
+        ),
+    ),
+    (
+        "progress_out_of_range",
+        "past the end",
+        lambda: load_row(C, dict(R, positions_consumed_per_split=[6, 1]), 5),
+    ),
+    (
+        "progress_out_of_range",
+        "packed past the end",
+        lambda: load_packed(PC, dict(P, samples_consumed_per_split=[6, 1]), 5),
+    ),
+    (
+        "progress_out_of_range",
+        "over budget",
+        lambda: load_packed(PC, dict(P, blocks_emitted_per_split=[3, 3]), 5),
+    ),
+    *[
+        (f"{key}_mismatch", "load_row", (lambda key=key: load_row(C, dict(R, **{key: 7}), 5)))
+        for key in ("shuffle_seed", "num_splits", "epoch")
+    ],
+    *[
+        (f"{key}_mismatch", "load_packed", (lambda key=key: load_packed(PC, dict(P, **{key: 7}), 5)))
+        for key in ("pack_sequences", "eos_id", "pad_id", "blocks_per_epoch")
+    ],
+    ("epoch_mismatch", "commit_row", lambda: commit_row(C, initial_row_state(2), dict(R, epoch=1))),
+    ("pad_id_mismatch", "merge", lambda: merge_state_dicts([P, dict(P, pad_id=3)])),
+    ("perm_fingerprint_mismatch", "load_row", lambda: load_row(C, dict(R, perm_fingerprint="ab"), 5)),
+    ("perm_fingerprint_mismatch", "load_row other", lambda: load_row(FC, dict(R, perm_fingerprint="cd"), 5)),
+    ("perm_fingerprint_mismatch", "merge", lambda: merge_state_dicts([R, dict(R, perm_fingerprint="ab")])),
+    ("perm_fingerprint_missing", "load_row", lambda: load_row(FC, R, 5)),
+    ("perm_fingerprint_missing", "commit_row", lambda: commit_row(FC, initial_row_state(2), R)),
+    ("mode_mismatch", "snapshot_row", lambda: snapshot_row(PC, initial_row_state(2))),
+    ("mode_mismatch", "snapshot_packed", lambda: snapshot_packed(C, initial_packed_state(2))),
+    ("mode_mismatch", "load_row of packed", lambda: load_row(C, P, 5)),
+    ("mode_mismatch", "load_packed of row", lambda: load_packed(PC, R, 5)),
+    ("merge_empty", "merge", lambda: merge_state_dicts([])),
+    ("merge_mode_mismatch", "merge", lambda: merge_state_dicts([R, P])),
+    (
+        "merge_packed_not_aligned",
+        "merge",
+        lambda: merge_state_dicts([dict(P, blocks_emitted_per_split=[1, 0])]),
+    ),
+    (
+        "untracked_worker_iteration",
+        "gate",
+        lambda: gate_check_state_dict(
+            gate_after_untracked_iteration(CheckpointGate()), initial_row_state(2), (0, 1)
+        ),
+    ),
+    (
+        "checkpoint_invalid",
+        "gate",
+        lambda: gate_check_state_dict(
+            gate_after_failure(CheckpointGate(), "x"), initial_row_state(2), (0, 1)
+        ),
+    ),
+    (
+        "packed_not_at_step_boundary",
+        "gate",
+        lambda: gate_check_state_dict(CheckpointGate(), PackedState((1, 0), (1, 0)), (0, 1)),
+    ),
+    (
+        "rows_not_at_step_boundary",
+        "gate",
+        lambda: gate_check_state_dict(
+            gate_after_commit(CheckpointGate(), True), RowState((1, 0), (1, 0)), (0, 1)
+        ),
+    ),
+    # StreamingDataLoader
+    ("batch_size_not_positive", "deliver_batches", lambda: deliver_batches([], 0)),
+    (
+        "batch_size_not_positive",
+        "run_loader",
+        lambda: run_loader(C, PERM, Faults(), Topology(), initial_row_state(2), 0),
+    ),
+    (
+        "loader_start_not_at_step_boundary",
+        "rows, 2 workers",
+        lambda: check_loader_start(RowState((1, 0), (1, 0)), (0, 1), 2),
+    ),
+    (
+        "loader_start_not_at_step_boundary",
+        "packed",
+        lambda: run_loader(PC, PERM, Faults(), Topology(), PackedState((1, 0), (1, 0)), 1, CORPUS),
+    ),
+    ("cycles_per_step_not_positive", "global_steps", lambda: global_steps(PERM, Faults(), 0)),
+]
+
+
+@pytest.mark.parametrize(
+    ("code", "trigger"),
+    [pytest.param(code, trigger, id=f"{code}[{label}]") for code, label, trigger in TRIGGERS],
+)
+def test_error_code(code: str, trigger: Callable[[], object]) -> None:
+    classes = documented()
+    assert code in classes, f"{code} is raised but not listed in spec/ERRORS.md"
+    with pytest.raises(SpecError) as info:
+        trigger()
+    assert info.value.code == code
+    assert isinstance(info.value, getattr(builtins, classes[code]))
+    assert type(info.value) is SPEC_CLASS[classes[code]]
+
+
+def test_every_documented_code_has_a_trigger() -> None:
+    missing = sorted(set(documented()) - {code for code, _, _ in TRIGGERS})
+    assert not missing, f"codes in spec/ERRORS.md with no trigger here: {missing}"
+
+
+def test_every_parameter_error_is_documented() -> None:
+    """Sweep every constructor keyword with wrong values: whatever code comes out is documented."""
+    codes = documented()
+    seen = set()
+    for field in dataclasses.fields(Params):
+        for value in (object(), -1, 0, "x", True, [], 2**70):
+            for base in ({}, PACKS):
+                try:
+                    validate_params(Params(**dict(base, **{field.name: value})), TABLE)
+                except SpecError as exc:
+                    assert exc.code in codes, f"{field.name}={value!r} raised undocumented {exc.code}"
+                    seen.add(exc.code)
+    assert len(seen) > 30

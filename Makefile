@@ -32,7 +32,7 @@ unit: $(STAMP)
 
 ## demo: the project's main job
 demo: $(STAMP)
-	$(PY) -m elastic_loader.examples.spec_walkthrough
+	$(PY) -m elastic_loader.examples.demo
 
 ## proofs: SMT proofs and bounded exhaustive model checks of every invariant
 proofs: $(STAMP)

@@ -394,7 +394,7 @@ class StreamingDataset(IterableDataset[Any]):
             if not transport:
                 self._set_untracked(True)
         if transport:
-            _ACTIVE[self._uid] = self
+            _ACTIVE[self._uid] = self  # stays after the end: torch collates the last partial batch later
         live = _Live(self, owned)
         self._live = live
         try:
@@ -403,8 +403,6 @@ class StreamingDataset(IterableDataset[Any]):
             live.close()
             self._live = None
             self._counters.idle()
-            if transport:
-                _ACTIVE.pop(self._uid, None)
 
     # ------------------------------------------------------------ observability
 
@@ -631,8 +629,8 @@ class StreamingDataset(IterableDataset[Any]):
         )
 
 
-_ACTIVE: dict[str, StreamingDataset] = {}
-"""Datasets iterating under StreamingDataLoader in this process, by dataset id."""
+_ACTIVE: weakref.WeakValueDictionary[str, StreamingDataset] = weakref.WeakValueDictionary()
+"""Datasets that iterated under StreamingDataLoader in this process, by dataset id."""
 _CLEANUP: set[str] = set()
 
 

@@ -82,8 +82,8 @@ def budget_of(table: Any) -> int:
     import pyarrow.compute as pc
 
     lengths = pc.list_value_length(table.to_arrow().column("tokens"))
-    blocks = (int(pc.sum(lengths).as_py()) + table.count_rows()) // PACK
-    return blocks - blocks % NUM_SPLITS
+    blocks = (int(pc.sum(lengths).as_py()) + int(table.count_rows())) // PACK
+    return int(blocks - blocks % NUM_SPLITS)
 
 
 def phase(directory: Path, workers: int, steps: int | None, checkpoint: Path, load: bool) -> None:
@@ -121,7 +121,9 @@ def phase(directory: Path, workers: int, steps: int | None, checkpoint: Path, lo
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--dir", type=Path, default=Path("demo_data"))
     parser.add_argument("--phase", choices=["A", "B"], help=argparse.SUPPRESS)
     parser.add_argument("--workers", type=int, default=2, help=argparse.SUPPRESS)
@@ -138,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     table = build_corpus(directory)
     budget = budget_of(table)
     steps = budget // NUM_SPLITS
-    print(f"corpus: {table.count_rows():,} documents; {NUM_SPLITS} splits; blocks of {PACK} tokens; {steps} global steps")
+    print(f"corpus: {table.count_rows():,} documents; {NUM_SPLITS} splits; blocks of {PACK} tokens")
 
     t0 = time.perf_counter()
     reference = []
@@ -167,12 +169,13 @@ def main(argv: list[str] | None = None) -> int:
         == [stop_at] * NUM_SPLITS,
         "every global step equals the uninterrupted run's": resumed == expected,
         "no block lost or repeated": sorted(a["delivered"] + b["delivered"]) == sorted(reference),
-        "the epoch ends exactly at the budget": b["state"]["blocks_emitted_per_split"] == [steps] * NUM_SPLITS,
+        "the epoch ends exactly at the budget": b["state"]["blocks_emitted_per_split"]
+        == [steps] * NUM_SPLITS,
     }
     print()
     print(f"uninterrupted, in process: {len(reference) * PACK / reference_seconds:>12,.0f} tokens/s")
-    print(f"phase A, 2 workers:        {a['tokens'] / a['seconds']:>12,.0f} tokens/s (worker start-up included)")
-    print(f"phase B, 4 workers:        {b['tokens'] / b['seconds']:>12,.0f} tokens/s (worker start-up included)")
+    for name, result in (("phase A, 2 workers:", a), ("phase B, 4 workers:", b)):
+        print(f"{name:27s}{result['tokens'] / result['seconds']:>12,.0f} tokens/s (worker start-up included)")
     print(f"resumed at global step {stop_at} of {steps} on a different worker count")
     for name, ok in checks.items():
         print(f"  [{'ok' if ok else 'FAILED'}] {name}")

@@ -1,0 +1,275 @@
+"""Transform errors on real tables (R5, D7/B9, D10, SkipAccountingInv, RaisePositionProp).
+
+Expected rows and states come from the executable spec (``iterate_rows`` /
+``iterate_packed`` over LanceDB's permutation in ``id`` values) and, where the
+behaviour is not a deviation, from ``lancedb.streaming`` too.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from typing import Any
+
+import pyarrow as pa
+import pytest
+import torch
+from lancedb.streaming import StreamingDataset as Reference
+
+from elastic_loader import StreamingDataset
+from elastic_loader.spec import Faults, PackingConfig, RowState, iterate_packed, iterate_rows
+from elastic_loader.spec.packing import initial_packed_state
+from elastic_loader.spec.rows import Raised, initial_row_state
+
+
+class BadRow(ValueError):
+    """The error :class:`Faulty` raises."""
+
+
+class Faulty:
+    """Row-wise transform: ``id`` of every row, raising :class:`BadRow` if the batch holds a bad id."""
+
+    def __init__(self, bad: set[int], error: type[Exception] = BadRow) -> None:
+        self.bad = bad
+        self.error = error
+
+    def __call__(self, batch: pa.RecordBatch) -> list[int]:
+        values = batch.column("id").to_pylist()
+        hit = [v for v in values if v in self.bad]
+        if hit:
+            raise self.error(f"bad row {hit[0]}")
+        return values
+
+
+def spec_rows(
+    splits: list[list[int]], faults: Faults, owned: list[int], start: RowState | None = None
+) -> Any:
+    perm = tuple(tuple(s) for s in splits)
+    return iterate_rows(perm, faults, owned, start or initial_row_state(len(perm)))
+
+
+def pick_bad(splits: list[list[int]], where: list[tuple[int, int]]) -> set[int]:
+    """The ids at (split, position) pairs."""
+    return {splits[s][p] for s, p in where}
+
+
+# ------------------------------------------------------------------ skip / warn / callable
+
+
+@pytest.mark.parametrize("mode", ["skip", "warn", "callable"])
+def test_skip_modes_drop_exactly_the_failing_rows(
+    multi_table: Any, perm_of: Any, mode: str, caplog: Any
+) -> None:
+    splits = perm_of(multi_table, num_splits=4)
+    bad = pick_bad(splits, [(0, 0), (0, 1), (1, 17), (2, 49), (3, 30), (3, 31), (3, 32)])
+    handler: Any = (lambda exc: isinstance(exc, BadRow)) if mode == "callable" else mode
+    model = spec_rows(splits, Faults(skipped=frozenset(bad)), [0, 1, 2, 3])
+    ds = StreamingDataset(
+        multi_table, num_splits=4, transform=Faulty(bad), on_transform_error=handler, read_batch_size=8
+    )
+    with caplog.at_level(logging.WARNING, logger="elastic_loader"):
+        got = list(ds)
+    assert got == [row.row_id for row in model.rows]
+    final = model.states[-1]
+    state = ds.state_dict()
+    assert state["samples_consumed_per_split"] == list(final.samples)
+    assert state["positions_consumed_per_split"] == list(final.positions)
+    assert state["positions_consumed_per_split"] != state["samples_consumed_per_split"]  # positions ahead
+    # the table is small enough that every row was read and transformed
+    assert ds.rows_skipped == len(bad)
+    warned = [r for r in caplog.records if r.name == "elastic_loader" and r.levelno == logging.WARNING]
+    assert bool(warned) == (mode == "warn")
+    # the reference agrees (skipping is not a deviation)
+    ref = Reference(
+        multi_table, num_splits=4, transform=Faulty(bad), on_transform_error=handler, read_batch_size=8
+    )
+    assert list(ref) == got
+    assert ref.state_dict() == state
+
+
+def test_skip_states_at_every_row_match_the_spec(small_table: Any, perm_of: Any) -> None:
+    splits = perm_of(small_table, num_splits=2)
+    bad = pick_bad(splits, [(0, 2), (0, 3), (1, 5), (1, 11)])
+    model = spec_rows(splits, Faults(skipped=frozenset(bad)), [0, 1])
+    ds = StreamingDataset(small_table, num_splits=2, transform=Faulty(bad), on_transform_error="skip")
+    it = iter(ds)
+    for k, row in enumerate(model.rows):
+        assert next(it) == row.row_id
+        state = ds.state_dict()
+        assert state["samples_consumed_per_split"] == list(model.states[k].samples), k
+        assert state["positions_consumed_per_split"] == list(model.states[k].positions), k
+        # resuming right here continues exactly
+        resumed = StreamingDataset(
+            small_table, num_splits=2, transform=Faulty(bad), on_transform_error="skip"
+        )
+        resumed.load_state_dict(state)
+        assert list(resumed) == [r.row_id for r in model.rows[k + 1 :]], k
+    assert list(it) == []
+
+
+def test_skips_end_the_epoch_at_the_last_complete_cycle(small_table: Any, perm_of: Any) -> None:
+    """R4.3: the split with most skips runs out first; the others' leftovers are not yielded."""
+    splits = perm_of(small_table, num_splits=3)
+    bad = pick_bad(splits, [(1, 0), (1, 4), (1, 7)])
+    model = spec_rows(splits, Faults(skipped=frozenset(bad)), [0, 1, 2])
+    got = list(StreamingDataset(small_table, num_splits=3, transform=Faulty(bad), on_transform_error="skip"))
+    assert got == [row.row_id for row in model.rows]
+    assert len(got) == 3 * (len(splits[1]) - 3)
+
+
+# ------------------------------------------------------------------ raise: deterministic point (D7/B9)
+
+
+@pytest.mark.parametrize(("split", "position"), [(1, 20), (0, 9), (1, 0), (0, 49)])
+def test_raise_surfaces_after_every_earlier_row(
+    multi_table: Any, perm_of: Any, split: int, position: int
+) -> None:
+    splits = perm_of(multi_table, num_splits=4)
+    bad = pick_bad(splits, [(split, position)])
+    model = spec_rows(splits, Faults(raising=frozenset(bad)), [0, 1, 2, 3])
+    assert isinstance(model.end, Raised)
+    ds = StreamingDataset(multi_table, num_splits=4, transform=Faulty(bad), read_batch_size=200)
+    got: list[int] = []
+    with pytest.raises(BadRow, match=f"bad row {model.end.row_id}"):
+        for row in ds:
+            got.append(row)
+    assert got == [row.row_id for row in model.rows]
+    # the checkpoint after the error excludes the bad row and everything after it
+    state = ds.state_dict()
+    expected = model.states[-1] if model.rows else model.start
+    assert state["samples_consumed_per_split"] == list(expected.samples)
+    assert state["positions_consumed_per_split"] == list(expected.positions)
+    # resuming from it raises again, at once, without losing or repeating rows
+    again = StreamingDataset(multi_table, num_splits=4, transform=Faulty(bad), read_batch_size=7)
+    again.load_state_dict(state)
+    with pytest.raises(BadRow):
+        assert list(again) == []
+
+
+def test_raise_on_one_rank_with_mid_cycle_resume(multi_table: Any, perm_of: Any) -> None:
+    """A raising row reached during catch-up surfaces at its turn (RaisePositionProp)."""
+    splits = perm_of(multi_table, num_splits=4)
+    bad = pick_bad(splits, [(3, 6)])
+    start = RowState((0, 0, 9, 4), (0, 0, 9, 4))
+    model = spec_rows(splits, Faults(raising=frozenset(bad)), [2, 3], start)
+    assert isinstance(model.end, Raised) and len(model.rows) == 2  # split 3 positions 4 and 5
+    ds = StreamingDataset(multi_table, num_splits=4, world_size=2, rank=1, transform=Faulty(bad))
+    ds.load_state_dict(
+        {
+            "shuffle_seed": 0,
+            "num_splits": 4,
+            "epoch": 0,
+            "samples_consumed_per_split": list(start.samples),
+            "positions_consumed_per_split": list(start.positions),
+        }
+    )
+    got: list[int] = []
+    with pytest.raises(BadRow):
+        for row in ds:
+            got.append(row)
+    assert got == [row.row_id for row in model.rows]
+
+
+# ------------------------------------------------------------------ transform outputs (D10, R5.2)
+
+
+def test_base_exceptions_are_never_handled(multi_table: Any) -> None:
+    class Stop(BaseException):
+        pass
+
+    def boom(batch: pa.RecordBatch) -> list[int]:
+        raise Stop
+
+    ds = StreamingDataset(multi_table, num_splits=2, transform=boom, on_transform_error="skip")
+    with pytest.raises(Stop):
+        list(ds)
+
+
+# ------------------------------------------------------------------ packing with null token lists
+
+PACK = {"columns": ["tokens"], "pack_sequences": 6, "eos_id": 1, "pad_id": 0}
+
+
+def corpus_of(table: Any) -> dict[int, tuple[int, ...]]:
+    data = table.to_arrow()
+    return {
+        i: tuple(t) if t is not None and None not in t else ()
+        for i, t in zip(data.column("id").to_pylist(), data.column("tokens").to_pylist())
+    }
+
+
+def null_ids(table: Any) -> set[int]:
+    data = table.to_arrow()
+    return {
+        i
+        for i, t in zip(data.column("id").to_pylist(), data.column("tokens").to_pylist())
+        if t is None or None in t
+    }
+
+
+def test_packing_skips_null_token_lists(null_table: Any, perm_of: Any) -> None:
+    kwargs = {**PACK, "num_splits": 2, "blocks_per_epoch": 60, "on_transform_error": "skip"}
+    splits = perm_of(null_table, num_splits=2)
+    bad = null_ids(null_table)
+    assert len(bad) == 4
+    config = PackingConfig(6, 1, 0, 60)
+    model = iterate_packed(
+        tuple(tuple(s) for s in splits),
+        corpus_of(null_table),
+        Faults(skipped=frozenset(bad)),
+        (0, 1),
+        config,
+        initial_packed_state(2),
+    )
+    ds = StreamingDataset(null_table, **kwargs)
+    got = list(ds)
+    assert [tuple(b["input_ids"].tolist()) for b in got] == [b.input_ids for b in model.blocks]
+    assert [tuple(b["doc_ids"].tolist()) for b in got] == [b.doc_ids for b in model.blocks]
+    assert ds.rows_skipped == len(bad)
+    ref = list(Reference(null_table, **kwargs))
+    assert all(torch.equal(a["input_ids"], b["input_ids"]) for a, b in zip(got, ref)) and len(ref) == len(got)
+
+
+@pytest.mark.parametrize("bad_id", sorted({7, 22, 41, 33}))
+def test_packing_raises_null_tokens_at_the_cycle_that_needs_them(
+    null_table: Any, perm_of: Any, bad_id: int
+) -> None:
+    """Only one bad document at a time (others skipped by a filter), raised when its fill needs it."""
+    others = sorted({7, 22, 41, 33} - {bad_id})
+    flt = f"id NOT IN ({', '.join(map(str, others))})"
+    splits = perm_of(null_table, num_splits=2, filter=flt)
+    config = PackingConfig(6, 1, 0, 40)
+    model = iterate_packed(
+        tuple(tuple(s) for s in splits),
+        corpus_of(null_table),
+        Faults(raising=frozenset({bad_id})),
+        (0, 1),
+        config,
+        initial_packed_state(2),
+    )
+    assert isinstance(model.end, Raised)
+    ds = StreamingDataset(
+        null_table, **PACK, num_splits=2, blocks_per_epoch=40, filter=flt, read_batch_size=64
+    )
+    got: list[Any] = []
+    with pytest.raises(ValueError, match="null"):
+        for block in ds:
+            got.append(block)
+    assert [tuple(b["input_ids"].tolist()) for b in got] == [b.input_ids for b in model.blocks]
+    assert len(got) % 2 == 0  # whole cycles only
+    if got:
+        state = ds.state_dict()
+        expected = model.states[-1]
+        assert state["samples_consumed_per_split"] == list(expected.consumed)
+        assert state["blocks_emitted_per_split"] == list(expected.emitted)
+
+
+def test_first_rows_are_never_lost_before_a_late_error(multi_table: Any, perm_of: Any) -> None:
+    """B9: with one big read batch, the 8 good rows before a bad 9th come out before the error."""
+    splits = perm_of(multi_table, num_splits=1)
+    bad = {splits[0][8]}
+    ds = StreamingDataset(multi_table, num_splits=1, transform=Faulty(bad), read_batch_size=1000)
+    it = iter(ds)
+    assert list(itertools.islice(it, 8)) == splits[0][:8]
+    with pytest.raises(BadRow):
+        next(it)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import multiprocessing.context
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
@@ -17,7 +18,25 @@ from torch.utils.data import DataLoader, IterableDataset
 from ._stats import zero_worker_gauges
 from .dataset import _ACTIVE, StreamingDataset
 
-DEFAULT_START_METHOD = "spawn"
+# Fork is unsafe once LanceDB's runtime threads exist in the parent (the child inherits
+# locks held by threads that do not exist there). A fork server is a fresh process
+# that never imports LanceDB or lance: it preloads torch, NumPy and pyarrow once, and
+# workers fork from it cheaply. Without fork servers (Windows), workers spawn.
+_PRELOAD = ["torch", "numpy", "pyarrow", "elastic_loader"]
+
+
+def default_context() -> multiprocessing.context.BaseContext:
+    """The start method StreamingDataLoader uses when the caller does not choose one."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    from multiprocessing import forkserver
+
+    if not forkserver._forkserver._forkserver_pid:  # not started yet: choose what it preloads
+        context.set_forkserver_preload(_PRELOAD)
+    return context
+
+
 # DataLoader.__init__ parameters by position after ``dataset`` (torch >= 2.3).
 _POSITIONAL = (
     "batch_size",
@@ -152,8 +171,10 @@ class StreamingDataLoader(DataLoader[Any]):
     ``persistent_workers`` ``False`` (worker copies could not be reset from a
     loaded checkpoint); ``drop_last`` is refused (dropped tails would depend on
     the worker count). With ``num_workers > 0`` and no
-    ``multiprocessing_context``, workers use ``"spawn"`` (fork is unsafe with
-    LanceDB's runtime threads). With several workers, ``state_dict()`` answers
+    ``multiprocessing_context``, workers start from a fork server that preloads
+    torch, NumPy and pyarrow but never LanceDB or lance (``"spawn"``
+    where fork servers do not exist): plain fork is unsafe once LanceDB's
+    runtime threads run in the parent. With several workers, ``state_dict()`` answers
     at step boundaries, when every split of the rank has yielded the same count.
 
     Raises:
@@ -182,7 +203,7 @@ class StreamingDataLoader(DataLoader[Any]):
             and "multiprocessing_context" not in given
             and kwargs.get("multiprocessing_context") is None
         ):
-            kwargs["multiprocessing_context"] = multiprocessing.get_context(DEFAULT_START_METHOD)
+            kwargs["multiprocessing_context"] = default_context()
         self._streaming_dataset = dataset
         super().__init__(_Adapter(dataset), *args, **kwargs)
         if self.drop_last:

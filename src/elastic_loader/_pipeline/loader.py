@@ -32,7 +32,7 @@ def default_context() -> multiprocessing.context.BaseContext:
     context = multiprocessing.get_context("forkserver")
     from multiprocessing import forkserver
 
-    if not forkserver._forkserver._forkserver_pid:  # not started yet: choose what it preloads
+    if getattr(forkserver._forkserver, "_forkserver_pid", None) is None:  # not started: choose preloads
         context.set_forkserver_preload(_PRELOAD)
     return context
 

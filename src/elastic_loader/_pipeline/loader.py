@@ -93,14 +93,30 @@ class _CommitCollate:
         return _Delivered(data, dataset._snapshot())
 
 
+_END = object()
+
+
+def _all_have(have: bool, group: Any) -> bool:
+    """True when every rank of ``group`` has a batch (one all-reduce of a 0/1 flag)."""
+    import torch
+    import torch.distributed as dist
+
+    flag = torch.tensor([1 if have else 0], dtype=torch.int64)
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=None if group is True else group)
+    return bool(flag.item())
+
+
 class _CommitIterator:
     """Wraps torch's iterator; commits each batch's checkpoint when the batch is returned."""
 
-    def __init__(self, inner: Any, dataset: StreamingDataset, token: int, require_uniform: bool) -> None:
+    def __init__(
+        self, inner: Any, dataset: StreamingDataset, token: int, require_uniform: bool, sync: Any = None
+    ) -> None:
         self._inner = inner
         self._dataset = dataset
         self._token: int | None = token
         self._require_uniform = require_uniform
+        self._sync = sync
         self._done = False
 
     def __iter__(self) -> _CommitIterator:
@@ -115,12 +131,16 @@ class _CommitIterator:
         try:
             batch = next(self._inner)
         except StopIteration:
-            self._finish()
-            raise
+            batch = _END
         except BaseException as exc:
             self._dataset._invalidate(f"a batch failed before it reached the trainer ({exc!r})")
             self._finish()
             raise
+        if self._sync is not None and not _all_have(batch is not _END, self._sync):
+            batch = _END  # another rank ran dry: this batch is neither returned nor committed
+        if batch is _END:
+            self._finish()
+            raise StopIteration
         try:
             if not isinstance(batch, _Delivered):
                 raise RuntimeError("StreamingDataLoader received a batch without its checkpoint")
@@ -177,12 +197,21 @@ class StreamingDataLoader(DataLoader[Any]):
     runtime threads run in the parent. With several workers, ``state_dict()`` answers
     at step boundaries, when every split of the rank has yielded the same count.
 
+    ``sync_epoch_end`` (``False``, ``True`` for the default process group, or a
+    ``torch.distributed`` process group) makes every rank stop at the same global
+    step: before returning a batch, ranks all-reduce whether each has one, and if
+    any rank ran dry (rows skipped by ``on_transform_error`` can end a rank's
+    epoch early) all ranks stop; the batches they held back are not committed, so
+    checkpoints stay exact. Every rank must then call ``next`` equally often.
+
     Raises:
         TypeError: ``dataset`` is not a ``StreamingDataset`` (or overrides ``__iter__``).
         ValueError: an unsupported option is set.
     """
 
-    def __init__(self, dataset: StreamingDataset, *args: Any, **kwargs: Any) -> None:
+    def __init__(
+        self, dataset: StreamingDataset, *args: Any, sync_epoch_end: Any = False, **kwargs: Any
+    ) -> None:
         if not isinstance(dataset, StreamingDataset):
             raise TypeError(f"StreamingDataLoader needs a StreamingDataset, got {type(dataset).__name__}")
         if type(dataset).__iter__ is not StreamingDataset.__iter__:
@@ -205,6 +234,7 @@ class StreamingDataLoader(DataLoader[Any]):
         ):
             kwargs["multiprocessing_context"] = default_context()
         self._streaming_dataset = dataset
+        self._sync = None if sync_epoch_end is False or sync_epoch_end is None else sync_epoch_end
         super().__init__(_Adapter(dataset), *args, **kwargs)
         if self.drop_last:
             raise ValueError(
@@ -246,4 +276,4 @@ class StreamingDataLoader(DataLoader[Any]):
         except BaseException:
             dataset._release(token)
             raise
-        return _CommitIterator(inner, dataset, token, require_uniform=workers > 1 or packed)
+        return _CommitIterator(inner, dataset, token, require_uniform=workers > 1 or packed, sync=self._sync)

@@ -1,0 +1,265 @@
+"""StreamingDataLoader with real worker processes (R8, D8, D17, D22, ConsumerCommitProp).
+
+Expected batches and committed states come from the spec's ``run_loader`` over
+LanceDB's permutation (in ``id`` values). Spawning workers costs seconds, so
+the worker tests are few: each checks several things on one run.
+"""
+
+from __future__ import annotations
+
+import itertools
+import multiprocessing
+from collections import Counter
+from typing import Any
+
+import pyarrow as pa
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from elastic_loader import StreamingDataLoader, StreamingDataset
+from elastic_loader.spec import Faults, RowState, RunConfig, Topology, iterate_rows, run_loader
+from elastic_loader.spec.rows import initial_row_state
+
+GAUGES = ("consumed_rows", "raw_queue_depth", "prefetch_queue_depth", "unscanned_rows")
+
+
+class SkipIds:
+    """Picklable row-wise transform: the ``id`` of every row, failing on the ids in ``bad``."""
+
+    def __init__(self, bad: frozenset[int]) -> None:
+        self.bad = bad
+
+    def __call__(self, batch: pa.RecordBatch) -> list[int]:
+        values = batch.column("id").to_pylist()
+        if any(v in self.bad for v in values):
+            raise ValueError("bad row")
+        return values
+
+
+def as_ids(batch: Any) -> list[int]:
+    return batch.tolist() if isinstance(batch, torch.Tensor) else batch["id"].tolist()
+
+
+def perm_tuple(splits: list[list[int]]) -> tuple[tuple[int, ...], ...]:
+    return tuple(tuple(s) for s in splits)
+
+
+def uniform(state: RowState, splits: range) -> bool:
+    return len({state.samples[s] for s in splits}) == 1
+
+
+def row_checkpoint(state: RowState, num_splits: int) -> dict[str, Any]:
+    return {
+        "shuffle_seed": 0,
+        "num_splits": num_splits,
+        "epoch": 0,
+        "samples_consumed_per_split": list(state.samples),
+        "positions_consumed_per_split": list(state.positions),
+    }
+
+
+def gauges(ds: StreamingDataset) -> dict[str, int]:
+    stats = ds.statistics()
+    return {name: getattr(stats, name) for name in GAUGES}
+
+
+# ------------------------------------------------------------------ construction (no workers start)
+
+
+def test_default_start_method_is_spawn_not_fork(multi_table: Any) -> None:
+    ds = StreamingDataset(multi_table, num_splits=4)
+    loader = StreamingDataLoader(ds, batch_size=2, num_workers=2)
+    assert loader.multiprocessing_context.get_start_method() in ("spawn", "forkserver")  # D17: never fork
+    chosen = StreamingDataLoader(ds, batch_size=2, num_workers=2, multiprocessing_context="forkserver")
+    assert chosen.multiprocessing_context.get_start_method() == "forkserver"
+    ctx = multiprocessing.get_context("spawn")
+    positional = StreamingDataLoader(ds, 2, False, None, None, 2, None, False, False, 0, None, ctx)
+    assert positional.multiprocessing_context is ctx
+    assert StreamingDataLoader(ds, batch_size=2).multiprocessing_context is None
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"persistent_workers": True, "num_workers": 1},
+        {"drop_last": True},
+        {"in_order": False},
+        {"in_order": 0},
+    ],
+)
+def test_unsupported_options_rejected_d22(multi_table: Any, kwargs: dict[str, Any]) -> None:
+    ds = StreamingDataset(multi_table, num_splits=4)
+    with pytest.raises(ValueError):
+        StreamingDataLoader(ds, batch_size=2, **kwargs)
+    StreamingDataLoader(ds, batch_size=2, in_order=True)
+
+
+def test_loader_needs_a_streaming_dataset(multi_table: Any) -> None:
+    with pytest.raises(TypeError):
+        StreamingDataLoader([1, 2, 3], batch_size=2)  # type: ignore[arg-type]
+
+    class Custom(StreamingDataset):
+        def __iter__(self) -> Any:
+            return iter([])
+
+    with pytest.raises(TypeError):
+        StreamingDataLoader(Custom(multi_table, num_splits=2), batch_size=2)
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create 3 worker processes")
+def test_workers_not_dividing_the_rank_splits_fail_in_the_parent_d8(multi_table: Any) -> None:
+    ds = StreamingDataset(multi_table, num_splits=4, columns=["id"])
+    it = iter(ds)
+    next(it)
+    it.close()
+    before = ds.state_dict()
+    loader = StreamingDataLoader(ds, batch_size=2, num_workers=3)
+    with pytest.raises(ValueError, match="divisible"):
+        iter(loader)
+    # no invalidation and no lease left behind
+    assert ds.state_dict() == before
+    assert len(list(StreamingDataLoader(ds, batch_size=50))) == 4
+
+
+def test_multi_worker_loader_must_start_at_a_step_boundary(multi_table: Any) -> None:
+    ds = StreamingDataset(multi_table, num_splits=4)
+    ds.load_state_dict(row_checkpoint(RowState((2, 2, 1, 1), (2, 2, 1, 1)), 4))
+    with pytest.raises(RuntimeError, match="step boundary"):
+        iter(StreamingDataLoader(ds, batch_size=2, num_workers=2))
+    ds.load_state_dict(row_checkpoint(RowState((2, 2, 1, 1), (2, 2, 1, 1)), 4))  # the lease was released
+
+
+# ------------------------------------------------------------------ in-process loader (num_workers=0)
+
+
+def test_failed_batch_invalidates_until_load_d8(multi_table: Any, perm_of: Any) -> None:
+    splits = perm_of(multi_table, num_splits=2)
+    bad = frozenset({splits[1][30]})
+    ds = StreamingDataset(multi_table, num_splits=2, transform=SkipIds(bad))
+    loader = StreamingDataLoader(ds, batch_size=4)
+    got: list[int] = []
+    with pytest.raises(ValueError, match="bad row"):
+        for batch in loader:
+            got.extend(as_ids(batch))
+            good = ds.state_dict()
+    assert got == [r for cycle in zip(splits[0][:30], splits[1][:30]) for r in cycle]  # 15 full batches
+    with pytest.raises(RuntimeError, match="load"):
+        ds.state_dict()
+    ds.load_state_dict(good)
+    assert ds.state_dict() == good
+
+
+def test_collate_error_invalidates(multi_table: Any) -> None:
+    def collate(items: list[Any]) -> Any:
+        if len(items) < 4:
+            raise RuntimeError("short batch")
+        return items
+
+    ds = StreamingDataset(multi_table, num_splits=2, filter="id < 98")
+    loader = StreamingDataLoader(ds, batch_size=4, collate_fn=collate)
+    with pytest.raises(RuntimeError, match="short batch"):
+        list(loader)
+    with pytest.raises(RuntimeError, match="checkpoint"):
+        ds.state_dict()
+
+
+# ------------------------------------------------------------------ real worker processes
+
+
+def test_two_workers_deliver_and_commit_exactly(multi_table: Any, perm_of: Any) -> None:
+    """nw=2: batches and committed states equal the spec at every batch; counters summed (D11)."""
+    splits = perm_of(multi_table, num_splits=4)
+    bad = frozenset({splits[0][3], splits[1][10], splits[2][49], splits[3][0]})  # one per split
+    faults = Faults(skipped=bad)
+    config = RunConfig(num_splits=4, shuffle_seed=0, epoch=0)
+    model = run_loader(
+        config, perm_tuple(splits), faults, Topology(1, 0, 2, 0), initial_row_state(4), batch_size=5
+    )
+    kwargs = {"num_splits": 4, "columns": ["id"], "transform": SkipIds(bad), "on_transform_error": "skip"}
+    ds = StreamingDataset(multi_table, **kwargs)
+    loader = StreamingDataLoader(ds, batch_size=5, num_workers=2)
+    assert loader.multiprocessing_context.get_start_method() != "fork"
+    delivered: list[list[int]] = []
+    checked = refused = 0
+    for n, batch in enumerate(loader):
+        delivered.append(as_ids(batch))
+        committed = model.deliveries[n].committed
+        assert isinstance(committed, RowState)
+        if uniform(committed, range(4)):
+            assert ds.state_dict() == row_checkpoint(committed, 4), n
+            checked += 1
+        else:
+            with pytest.raises(RuntimeError, match="step boundar"):
+                ds.state_dict()
+            refused += 1
+    assert delivered == [[y.row_id for y in d.items] for d in model.deliveries]
+    assert checked >= 5 and refused >= 5
+    assert Counter(itertools.chain(*delivered)) == Counter(set(itertools.chain(*splits)) - bad)
+    # observability: worker counters are summed and equal a single in-process run (D11, B5)
+    single = StreamingDataset(multi_table, **kwargs)
+    assert sorted(single) == sorted(itertools.chain(*delivered))  # same rows, another order (R4.8)
+    ours, ref = ds.statistics(), single.statistics()
+    assert ours.rows_delivered == ref.rows_delivered == 196
+    assert ours.rows_skipped == ref.rows_skipped == 4
+    assert ours.bytes_loaded == ref.bytes_loaded == 8 * 200  # one int64 column, every row read once
+    assert gauges(ds) == dict.fromkeys(GAUGES, 0)
+    assert gauges(single) == dict.fromkeys(GAUGES, 0)
+
+
+def test_two_workers_stop_early_then_resume_exactly_once(multi_table: Any, perm_of: Any) -> None:
+    splits = perm_of(multi_table, num_splits=4, shuffle_seed=0)
+    ds = StreamingDataset(multi_table, num_splits=4, columns=["id"], read_batch_size=4)
+    loader = StreamingDataLoader(ds, batch_size=6, num_workers=2)
+    it = iter(loader)
+    delivered = [as_ids(next(it)) for _ in range(6)]  # 3 rounds of 2 workers x 6 rows = 9 cycles
+    state = ds.state_dict()
+    assert state["samples_consumed_per_split"] == [9, 9, 9, 9]
+    it.close()
+    assert gauges(ds) == dict.fromkeys(GAUGES, 0)
+    assert ds.state_dict() == state  # prefetched but undelivered batches are not counted
+    # worker w's batch j holds cycles of its own two splits
+    assert delivered[0] == [r for cycle in zip(splits[0][:3], splits[1][:3]) for r in cycle]
+    assert delivered[1] == [r for cycle in zip(splits[2][:3], splits[3][:3]) for r in cycle]
+    resumed = StreamingDataset(multi_table, num_splits=4, columns=["id"])
+    resumed.load_state_dict(state)
+    rest = [row["id"] for row in resumed]
+    assert rest == [r for cycle in zip(*(s[9:] for s in splits)) for r in cycle]
+    assert sorted(itertools.chain(*delivered, rest)) == sorted(itertools.chain(*splits))
+
+
+def test_one_worker_allows_mid_cycle_checkpoints(multi_table: Any, perm_of: Any) -> None:
+    """nw=1 from a loaded mid-cycle state: the worker starts there; every committed state is exact."""
+    splits = perm_of(multi_table, num_splits=4)
+    start = RowState((3, 3, 2, 2), (3, 3, 2, 2))
+    config = RunConfig(num_splits=4, shuffle_seed=0, epoch=0)
+    model = run_loader(config, perm_tuple(splits), Faults(), Topology(1, 0, 1, 0), start, batch_size=3)
+    ds = StreamingDataset(multi_table, num_splits=4, columns=["id"])
+    ds.load_state_dict(row_checkpoint(start, 4))
+    loader = StreamingDataLoader(ds, batch_size=3, num_workers=1)
+    it = iter(loader)
+    for n in range(7):
+        assert as_ids(next(it)) == [y.row_id for y in model.deliveries[n].items]
+        committed = model.deliveries[n].committed
+        assert isinstance(committed, RowState)
+        assert ds.state_dict() == row_checkpoint(committed, 4), n
+    mid = ds.state_dict()
+    assert len(set(mid["samples_consumed_per_split"])) > 1  # really mid-cycle
+    del it  # abandoning the iterator shuts the worker down and releases the dataset
+    resumed = StreamingDataset(multi_table, num_splits=4, columns=["id"])
+    resumed.load_state_dict(mid)
+    rest = iterate_rows(perm_tuple(splits), Faults(), (0, 1, 2, 3), model.deliveries[6].committed)
+    assert [row["id"] for row in resumed] == [y.row_id for y in rest.rows]
+    ds.load_state_dict(mid)  # the lease was released
+
+
+def test_plain_dataloader_with_workers_disables_state_dict_b7(multi_table: Any) -> None:
+    ds = StreamingDataset(multi_table, num_splits=2, columns=["id"])
+    good = ds.state_dict()
+    loader = DataLoader(ds, batch_size=10, num_workers=1, multiprocessing_context="spawn")
+    batches = list(itertools.islice(iter(loader), 3))
+    assert len(batches) == 3
+    with pytest.raises(RuntimeError, match="StreamingDataLoader"):
+        ds.state_dict()
+    ds.load_state_dict(good)  # D8: loading a checkpoint clears the flag
+    assert ds.state_dict() == good

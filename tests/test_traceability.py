@@ -271,7 +271,8 @@ def model_codes() -> ModelCodes:
                 literals.add(arg.value)
             elif isinstance(arg, ast.JoinedStr):
                 parts = [
-                    re.escape(v.value) if isinstance(v, ast.Constant) else "[a-z0-9_]+" for v in arg.values
+                    re.escape(str(v.value)) if isinstance(v, ast.Constant) else "[a-z0-9_]+"
+                    for v in arg.values
                 ]
                 templates.add("".join(parts))
             else:

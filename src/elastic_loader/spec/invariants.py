@@ -168,7 +168,8 @@ def CatchUpInv(start: RowState, run: RowRun, owned: Sequence[int]) -> None:
 
 def CanonicalOrderProp(perm: Permutation, faults: Faults, owned: Sequence[int], run: RowRun) -> None:
     """Rows come in ``(sample index, split id)`` order, each split's rows are its next yieldable
-    rows, and the run ends only where the next row in that order cannot be yielded."""
+    rows, and the run ends only where that order is blocked: the next lagging split during
+    catch-up, or some owned split at a cycle boundary, has no yieldable row left."""
     start = run.start
     keys = []
     taken: dict[int, int] = {s: 0 for s in owned}

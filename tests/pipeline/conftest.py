@@ -99,6 +99,13 @@ def memory_multi_table() -> Any:
     return _build(lancedb.connect("memory://"), "mem_multi", (40, 50, 30))
 
 
+@pytest.fixture(scope="session")
+def big_table(tables_dir: Path) -> Any:
+    """20,000 rows of one int64 ``id`` column: an embedded permutation (160 kB of row ids) would show."""
+    data = pa.table({"id": pa.array(range(20_000), pa.int64())})
+    return lancedb.connect(str(tables_dir)).create_table("big", data, mode="overwrite")
+
+
 def split_ids(
     table: Any,
     *,

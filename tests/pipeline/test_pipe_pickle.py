@@ -1,0 +1,181 @@
+"""Pickling (D14, B16, B19): plain pickle works, no credentials leave, workers map the row ids."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import itertools
+import multiprocessing.context
+import os
+import pickle
+from multiprocessing.reduction import ForkingPickler
+from pathlib import Path
+from typing import Any, ClassVar
+
+import lancedb
+import numpy as np
+
+from elastic_loader import StreamingDataset
+from elastic_loader._pipeline._lance import describe
+
+SECRETS = {
+    "aws_secret_access_key": "SECRET-1",
+    "aws_access_key_id": "SECRET-2",
+    "aws_session_token": "SECRET-3",
+    "azure_storage_sas_token": "SECRET-4",
+    "password": "SECRET-5",
+    "google_service_account_key": "SECRET-6",
+}
+PUBLIC = {"region": "eu-west-3", "endpoint": "http://localhost:9000", "allow_http": "true"}
+
+
+class _FakeConnection:
+    uri = "s3://bucket/db"
+    storage_options: ClassVar[dict[str, str]] = {**SECRETS, **PUBLIC}
+
+
+class _FakeLance:
+    uri = "s3://bucket/db/t.lance"
+
+
+class FakeTable:
+    """Enough of a LanceDB table on object storage for ``describe``."""
+
+    name = "t"
+    _conn = _FakeConnection()
+
+    def to_lance(self) -> _FakeLance:
+        return _FakeLance()
+
+
+class _ChildFd:
+    """A file descriptor handed to the (pretend) child: here, a duplicate in this process."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def detach(self) -> int:
+        return self.fd
+
+
+class _Popen:
+    """Stands for the process being started while the dataset is pickled for it."""
+
+    DupFd = _ChildFd
+
+    def duplicate_for_child(self, fd: int) -> int:
+        return os.dup(fd)
+
+
+def spawn_pickle(obj: object) -> bytes:
+    """Pickle ``obj`` the way multiprocessing does while it starts a worker process."""
+    multiprocessing.context.set_spawning_popen(_Popen())
+    try:
+        return bytes(ForkingPickler.dumps(obj))
+    finally:
+        multiprocessing.context.set_spawning_popen(None)
+
+
+# ------------------------------------------------------------------ plain pickling
+
+
+def test_pickle_round_trip_iterates_identically(multi_table: Any) -> None:
+    kwargs = {"num_splits": 4, "world_size": 2, "rank": 1, "read_batch_size": 5}
+    ds = StreamingDataset(multi_table, **kwargs)
+    copied = pickle.loads(pickle.dumps(ds))
+    assert list(copied) == list(StreamingDataset(multi_table, **kwargs))
+    assert copied.state_dict() != ds.state_dict()  # the copy is independent
+    deep = copy.deepcopy(ds)
+    assert list(deep) == list(ds)
+
+
+def test_pickle_after_partial_iteration_carries_the_progress(multi_table: Any) -> None:
+    ds = StreamingDataset(multi_table, num_splits=4)
+    whole = [row["id"] for row in StreamingDataset(multi_table, num_splits=4)]
+    it = iter(ds)
+    list(itertools.islice(it, 13))
+    it.close()
+    copied = pickle.loads(pickle.dumps(ds))
+    assert copied.state_dict() == ds.state_dict()
+    assert [row["id"] for row in copied] == whole[13:]
+
+
+def test_pickle_packed_and_memory_tables(memory_multi_table: Any) -> None:
+    kwargs = {
+        "num_splits": 2,
+        "columns": ["tokens"],
+        "pack_sequences": 4,
+        "eos_id": 1,
+        "pad_id": 0,
+        "blocks_per_epoch": 40,
+    }
+    ds = StreamingDataset(memory_multi_table, **kwargs)
+    expected = [b["input_ids"].tolist() for b in ds]
+    ds.set_epoch(0)
+    copied = pickle.loads(pickle.dumps(ds))
+    assert [b["input_ids"].tolist() for b in copied] == expected
+
+
+def open_table(directory: str, name: str) -> Any:
+    OPENED.append(name)
+    return lancedb.connect(directory).open_table(name)
+
+
+OPENED: list[str] = []
+
+
+def test_connection_factory_reopens_the_table(multi_table: Any, tables_dir: Path) -> None:
+    factory = functools.partial(open_table, str(tables_dir))
+    ds = StreamingDataset(multi_table, num_splits=4, connection_factory=factory)
+    payload = pickle.dumps(ds)
+    assert str(tables_dir).encode() in payload  # only through the factory's own arguments
+    OPENED.clear()
+    copied = pickle.loads(payload)
+    assert OPENED == ["multi"]
+    assert list(copied) == list(StreamingDataset(multi_table, num_splits=4))
+
+
+# ------------------------------------------------------------------ credentials
+
+
+def test_describe_drops_secret_storage_options() -> None:
+    source = describe(FakeTable(), 7, connection_factory=None, keep_credentials=False)
+    assert source.kind == "lance" and source.version == 7
+    assert source.uri == "s3://bucket/db/t.lance"
+    assert source.storage_options == PUBLIC
+    payload = pickle.dumps(source)
+    assert all(value.encode() not in payload for value in SECRETS.values())
+    assert all(value.encode() in payload for value in PUBLIC.values())
+
+
+def test_describe_keeps_credentials_when_asked() -> None:
+    source = describe(FakeTable(), 7, connection_factory=None, keep_credentials=True)
+    assert source.storage_options == {**SECRETS, **PUBLIC}
+    payload = pickle.dumps(source)
+    assert all(value.encode() in payload for value in SECRETS.values())
+
+
+def test_describe_with_a_factory_pickles_no_connection_details() -> None:
+    source = describe(FakeTable(), 7, connection_factory=functools.partial(str), keep_credentials=True)
+    payload = pickle.dumps(source)
+    assert b"s3://" not in payload
+    assert all(value.encode() not in payload for value in SECRETS.values())
+
+
+# ------------------------------------------------------------------ worker start-up payload
+
+
+def test_worker_payload_maps_the_shared_row_ids(big_table: Any) -> None:
+    big = StreamingDataset(big_table, num_splits=4)
+    assert len(pickle.dumps(big)) > 160_000  # a plain pickle is self-contained
+    worker = pickle.loads(spawn_pickle(big))
+    assert isinstance(worker._row_ids, np.memmap)  # mapped from the shared file, read on demand
+    assert [row["id"] for row in worker] == [row["id"] for row in big]
+
+
+def test_worker_payload_of_a_rank_iterates_its_splits(multi_table: Any) -> None:
+    ds = StreamingDataset(multi_table, num_splits=4, world_size=2, rank=1, columns=["id"])
+    worker = pickle.loads(spawn_pickle(ds))
+    assert list(worker) == list(
+        StreamingDataset(multi_table, num_splits=4, world_size=2, rank=1, columns=["id"])
+    )

@@ -159,9 +159,7 @@ class SplitStream:
         base = self.stream_len()
         sizes = lengths + 1
         ends = np.cumsum(sizes)
-        out = np.full(int(ends[-1]), eos, dtype=np.int64)
-        doc_of_value = np.repeat(np.arange(len(lengths)), lengths)
-        out[np.arange(len(values)) + doc_of_value] = values
+        out = np.insert(values, np.cumsum(lengths), eos)  # EOS after every document
         self._parts.append(out)
         self._part_starts.append(base + ends - sizes)
         self._part_ends.append(base + ends)
@@ -224,15 +222,17 @@ def emit_cycles(
     )
     total = k * length
     tokens = stream.tokens
-    flat_ids = np.full(total, pad, dtype=np.int64)
-    usable = min(total, len(tokens))
-    flat_ids[:usable] = tokens[:usable]
-    ids = flat_ids.reshape(k, length)
-    flat_marks = np.zeros(total, dtype=np.int64)
+    if len(tokens) >= total:
+        ids = tokens[:total].reshape(k, length)  # a view: the stream is never written in place
+    else:
+        flat_ids = np.full(total, pad, dtype=np.int64)
+        flat_ids[: len(tokens)] = tokens
+        ids = flat_ids.reshape(k, length)
+    flat_marks = np.zeros(total, dtype=np.int8)
     flat_marks[stream.starts[stream.starts < total]] = 1
     marks = flat_marks.reshape(k, length)
     marks[:, 0] = 0
-    doc_ids = np.cumsum(marks, axis=1)
+    doc_ids = np.cumsum(marks, axis=1, dtype=np.int64)
     pulled_docs = int(need[-1]) if k else 0
     # advance the stream past the k emitted blocks
     stream.tokens = tokens[total:] if len(tokens) > total else np.zeros(0, dtype=np.int64)

@@ -44,7 +44,7 @@ logger = logging.getLogger("elastic_loader")
 DEFAULT_READ_BATCH_SIZE = 64
 DEFAULT_IO_QUEUE_DEPTH = 4
 _AUTO_SAMPLE_CAP = 100_000
-_TARGET_UNIT_TOKENS = 1 << 18
+_TARGET_UNIT_TOKENS = 1 << 20
 _FIRST_DOC_GUESS = 128
 
 
@@ -738,7 +738,9 @@ class _Live:
             buffered = stream.buffered_tokens() + pipe.inflight[i] * doc_tokens[0]
             if buffered >= per_split * ds._io_queue_depth:
                 return 0
-            return max(1, math.ceil(per_split / doc_tokens[0]))
+            # Units start small (fast first block) and grow with the pipeline's unit size.
+            growing = -(-pipe.unit_rows // len(streams))
+            return max(1, min(growing, math.ceil(per_split / doc_tokens[0])))
 
         pipeline = _fetch.Pipeline(
             reader=ds._reader,

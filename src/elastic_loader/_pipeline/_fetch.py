@@ -57,6 +57,19 @@ class Unit:
     future: Future[Any] = field(repr=False)
 
 
+class StageError(Exception):
+    """Raised inside a transform stage to deliver ``error`` to the consumer as it is.
+
+    Errors that no ``on_transform_error`` mode may skip travel in this wrapper so
+    the stage's own error handling lets them through; the consumer re-raises the
+    wrapped error itself.
+    """
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 @dataclass(frozen=True)
 class Stage:
     """A mode's transform stage.
@@ -261,6 +274,8 @@ class Pipeline:
         unit = self._pending.popleft()
         try:
             payload = unit.future.result()
+        except StageError as exc:
+            raise exc.error from None
         finally:
             for s in unit.segments:
                 self.inflight[s.split] -= s.count

@@ -4,7 +4,8 @@
 # * A unit's transform runs on read batches of at most ``read_batch_size``
 #   rows. A failing batch is re-run row by row so that every row gets its own
 #   outcome (value, skipped, or an error to re-raise when that row is needed);
-#   outcomes never depend on batch boundaries for row-wise transforms.
+#   a callable ``on_transform_error`` is asked once per failing row. Outcomes
+#   never depend on batch boundaries for row-wise transforms.
 # * The yield loop first catches up lagging splits (by (samples, split id)),
 #   then delivers whole cycles: k cycles at once, where every owned split has
 #   at least k ready rows. A cycle that some split cannot complete ends the
@@ -27,20 +28,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ._fetch import Pipeline, Stage, Unit
+from ._fetch import Pipeline, Stage, StageError, Unit
 from ._stats import Counters
 
 logger = logging.getLogger("elastic_loader")
 
 MAX_CHUNK_CYCLES = 4096
-
-
-class FatalTransformError(Exception):
-    """Wraps an error that no ``on_transform_error`` mode may skip."""
-
-    def __init__(self, error: BaseException) -> None:
-        super().__init__(str(error))
-        self.error = error
 
 
 @dataclass
@@ -74,12 +67,12 @@ def make_row_stage(
         elapsed = time.perf_counter_ns() - t0
         problem = _rejected_output(out)
         if problem is not None:
-            raise FatalTransformError(
+            raise StageError(
                 TypeError(f"transform returned {problem}; return one item per input row, e.g. a list")
             )
         rows = out if isinstance(out, list) else list(out)
         if len(rows) != expected:
-            raise FatalTransformError(
+            raise StageError(
                 ValueError(
                     f"transform returned {len(rows)} rows for a batch of {expected}; a transform must "
                     "return exactly one item per input row (raise to drop a bad row with "
@@ -99,18 +92,14 @@ def make_row_stage(
     def run(part: pa.RecordBatch) -> RowPayload:
         try:
             return RowPayload(rows_of(part, part.num_rows), None, None)
-        except FatalTransformError:
+        except StageError:
             raise
         except Exception as exc:
             batch_error = exc
         values: list[Any] = []
         skipped: set[int] = set()
         errors: dict[int, BaseException] = {}
-        if on_error != "raise" and not forgive(batch_error):
-            errors[0] = batch_error
-            values.extend([None] * part.num_rows)
-        else:
-            _isolate(part, 0, batch_error, values, skipped, errors, rows_of, forgive, on_error, counters)
+        _isolate(part, 0, batch_error, values, skipped, errors, rows_of, forgive, on_error, counters)
         return RowPayload(values, skipped or None, errors or None)
 
     def combine(parts: list[tuple[int, RowPayload]]) -> RowPayload:
@@ -148,7 +137,7 @@ def _isolate(
         try:
             values.append(rows_of(part.slice(j, 1), 1)[0])
             continue
-        except FatalTransformError:
+        except StageError:
             raise
         except Exception as exc:
             row_error = exc
@@ -158,7 +147,7 @@ def _isolate(
         else:
             skipped.add(start + j)
             dropped.append(row_error)
-    if on_error == "raise" and not any(start <= k < start + part.num_rows for k in errors):
+    if not dropped and not any(start <= k < start + part.num_rows for k in errors) and on_error == "raise":
         # The batch failed but every row passes alone: the failure is not row-wise.
         errors[start] = batch_error
     if dropped:

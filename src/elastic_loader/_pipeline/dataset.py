@@ -601,6 +601,7 @@ class StreamingDataset(IterableDataset[Any]):
         state["_lease_lock"] = None
         state["_live"] = None
         state["_progress"] = self._current_progress()
+        state["_perm"] = replace(self._perm, rows=_NO_ROWS)  # the rows travel once, as _row_ids
         if spawning:
             state["_row_ids"] = ("shared", self._shared_rows_file())
         else:
@@ -629,6 +630,7 @@ class StreamingDataset(IterableDataset[Any]):
         )
 
 
+_NO_ROWS = np.zeros((0, 0), dtype=np.uint64)
 _ACTIVE: weakref.WeakValueDictionary[str, StreamingDataset] = weakref.WeakValueDictionary()
 """Datasets that iterated under StreamingDataLoader in this process, by dataset id."""
 _CLEANUP: set[str] = set()

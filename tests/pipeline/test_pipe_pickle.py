@@ -165,6 +165,15 @@ def test_describe_with_a_factory_pickles_no_connection_details() -> None:
 # ------------------------------------------------------------------ worker start-up payload
 
 
+def test_worker_payload_does_not_embed_the_row_ids(multi_table: Any, big_table: Any) -> None:
+    small = StreamingDataset(multi_table, num_splits=4)
+    big = StreamingDataset(big_table, num_splits=4)
+    small_payload, big_payload = spawn_pickle(small), spawn_pickle(big)
+    assert abs(len(big_payload) - len(small_payload)) < 2_000
+    row_ids = np.asarray(big._row_ids)
+    assert row_ids[1, :50].astype("<u8").tobytes() not in big_payload
+
+
 def test_worker_payload_maps_the_shared_row_ids(big_table: Any) -> None:
     big = StreamingDataset(big_table, num_splits=4)
     assert len(pickle.dumps(big)) > 160_000  # a plain pickle is self-contained

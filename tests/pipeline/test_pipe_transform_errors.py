@@ -170,7 +170,65 @@ def test_raise_on_one_rank_with_mid_cycle_resume(multi_table: Any, perm_of: Any)
     assert got == [row.row_id for row in model.rows]
 
 
+def test_callable_refusing_an_error_raises_at_the_rows_turn(multi_table: Any, perm_of: Any) -> None:
+    """A handler returning False behaves like "raise" for that row; others are dropped."""
+    splits = perm_of(multi_table, num_splits=2)
+    skipped = pick_bad(splits, [(0, 3), (1, 4)])
+    raising = pick_bad(splits, [(1, 30)])
+
+    class Mixed:
+        def __call__(self, batch: pa.RecordBatch) -> list[int]:
+            values = batch.column("id").to_pylist()
+            for v in values:
+                if v in raising:
+                    raise KeyError(v)
+                if v in skipped:
+                    raise BadRow(v)
+            return values
+
+    model = spec_rows(splits, Faults(skipped=frozenset(skipped), raising=frozenset(raising)), [0, 1])
+    ds = StreamingDataset(
+        multi_table,
+        num_splits=2,
+        transform=Mixed(),
+        on_transform_error=lambda exc: isinstance(exc, BadRow),
+        read_batch_size=64,
+    )
+    got: list[int] = []
+    with pytest.raises(KeyError):
+        for row in ds:
+            got.append(row)
+    assert got == [row.row_id for row in model.rows]
+    assert ds.rows_skipped == len(skipped)
+
+
 # ------------------------------------------------------------------ transform outputs (D10, R5.2)
+
+
+def as_dict(batch: pa.RecordBatch) -> dict[str, list[Any]]:
+    return {f"k{i}": [] for i in range(batch.num_rows)}  # as many keys as rows
+
+
+@pytest.mark.parametrize("mode", ["raise", "skip"])
+@pytest.mark.parametrize(
+    "transform",
+    [as_dict, lambda b: b, lambda b: pa.Table.from_batches([b])],
+    ids=["dict", "record-batch", "table"],
+)
+def test_columnar_transform_output_is_a_type_error(multi_table: Any, transform: Any, mode: str) -> None:
+    ds = StreamingDataset(multi_table, num_splits=2, transform=transform, on_transform_error=mode)
+    with pytest.raises(TypeError):
+        list(ds)
+    assert ds.rows_skipped == 0
+
+
+@pytest.mark.parametrize("mode", ["raise", "skip", "warn"])
+def test_wrong_row_count_is_a_value_error_in_every_mode(multi_table: Any, mode: str) -> None:
+    ds = StreamingDataset(
+        multi_table, num_splits=2, transform=lambda b: b.column("id").to_pylist()[1:], on_transform_error=mode
+    )
+    with pytest.raises(ValueError, match="row"):
+        list(ds)
 
 
 def test_base_exceptions_are_never_handled(multi_table: Any) -> None:

@@ -157,8 +157,11 @@ def failing_checks(output: str) -> list[str]:
     return failed
 
 
-def run_mutation(mutation: Mutation, quick: bool) -> tuple[list[str], str, float]:
-    """Apply ``mutation`` to a scratch copy of ``src`` and run the bounded checks against it."""
+def run_mutation(
+    mutation: Mutation, quick: bool, invariants: Sequence[str] = ()
+) -> tuple[list[str], str, float]:
+    """Apply ``mutation`` to a scratch copy of ``src`` and run the bounded checks (of ``invariants``, or
+    all) against it; return the failing invariants, the output and the run time."""
     with tempfile.TemporaryDirectory(prefix="elastic-loader-mutant-") as tmp:
         src = Path(tmp) / "src"
         shutil.copytree(REPO / "src" / "elastic_loader", src / "elastic_loader")
@@ -171,6 +174,8 @@ def run_mutation(mutation: Mutation, quick: bool) -> tuple[list[str], str, float
         command = [sys.executable, "-m", "proofs", "--bounded-only", "--no-progress"]
         if quick:
             command.append("--quick")
+        for name in invariants:
+            command += ["--only", name]
         start = time.perf_counter()
         done = subprocess.run(command, cwd=tmp, env=env, capture_output=True, text=True, check=False)
         elapsed = time.perf_counter() - start

@@ -59,6 +59,26 @@ def row_checkpoint(state: RowState, num_splits: int) -> dict[str, Any]:
     }
 
 
+class WorkerInfo:
+    """What ``worker_info_override`` needs: a worker id and the worker count."""
+
+    def __init__(self, worker_id: int, num_workers: int) -> None:
+        self.id = worker_id
+        self.num_workers = num_workers
+
+
+def simulated_delivery(
+    table: Any, kwargs: dict[str, Any], num_workers: int, batch_size: int
+) -> list[list[int]]:
+    """Each worker's rows from an in-process run with ``worker_info_override``, cut into batches and
+    delivered in torch's order (batch index, then worker)."""
+    per_worker = []
+    for w in range(num_workers):
+        rows = list(StreamingDataset(table, worker_info_override=WorkerInfo(w, num_workers), **kwargs))
+        per_worker.append([rows[i : i + batch_size] for i in range(0, len(rows), batch_size)])
+    return [b[j] for j in range(max(map(len, per_worker))) for b in per_worker if j < len(b)]
+
+
 def gauges(ds: StreamingDataset) -> dict[str, int]:
     stats = ds.statistics()
     return {name: getattr(stats, name) for name in GAUGES}
@@ -164,6 +184,39 @@ def test_collate_error_invalidates(multi_table: Any) -> None:
         ds.state_dict()
 
 
+def test_packed_loader_commits_at_step_boundaries(multi_table: Any) -> None:
+    kwargs = {
+        "num_splits": 4,
+        "columns": ["tokens"],
+        "pack_sequences": 5,
+        "eos_id": 1,
+        "pad_id": 0,
+        "blocks_per_epoch": 48,
+    }
+    plain = StreamingDataset(multi_table, **kwargs)
+    blocks, states = [], []
+    it = iter(plain)
+    for n, block in enumerate(it, 1):
+        blocks.append(block["input_ids"])
+        if n % 4 == 0:
+            states.append(plain.state_dict())
+    ds = StreamingDataset(multi_table, **kwargs)
+    for n, batch in enumerate(StreamingDataLoader(ds, batch_size=2), 1):
+        assert torch.equal(batch["input_ids"], torch.stack(blocks[2 * n - 2 : 2 * n]))
+        if n % 2 == 0:
+            assert ds.state_dict() == states[n // 2 - 1]
+        else:
+            with pytest.raises(RuntimeError, match="step boundar"):
+                ds.state_dict()
+    assert n == 24
+    ds.load_state_dict({**states[3], "blocks_emitted_per_split": [5, 5, 4, 4]})
+    with pytest.raises(RuntimeError, match="step boundary"):
+        iter(StreamingDataLoader(ds, batch_size=2))
+    ds.load_state_dict(states[3])
+    rest = torch.cat([b["input_ids"] for b in StreamingDataLoader(ds, batch_size=4)])
+    assert torch.equal(rest, torch.stack(blocks[16:]))
+
+
 # ------------------------------------------------------------------ real worker processes
 
 
@@ -194,6 +247,7 @@ def test_two_workers_deliver_and_commit_exactly(multi_table: Any, perm_of: Any) 
                 ds.state_dict()
             refused += 1
     assert delivered == [[y.row_id for y in d.items] for d in model.deliveries]
+    assert delivered == simulated_delivery(multi_table, kwargs, num_workers=2, batch_size=5)
     assert checked >= 5 and refused >= 5
     assert Counter(itertools.chain(*delivered)) == Counter(set(itertools.chain(*splits)) - bad)
     # observability: worker counters are summed and equal a single in-process run (D11, B5)

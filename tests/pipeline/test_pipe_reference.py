@@ -271,3 +271,37 @@ def test_permutation_oracle_agrees_with_reference(multi_table: Any, perm_of: Any
     splits = perm_of(multi_table, num_splits=4, shuffle_seed=11, epoch=1)
     expected = [row for cycle in zip(*splits) for row in cycle]
     assert ids(Reference(multi_table, num_splits=4, shuffle_seed=11, epoch=1)) == expected
+
+
+@pytest.mark.parametrize("num_splits", [1, 2, 4, 8])
+def test_auto_budget_identical_to_reference_d16(multi_table: Any, num_splits: int) -> None:
+    kwargs = {
+        "num_splits": num_splits,
+        "columns": ["tokens"],
+        "pack_sequences": 4,
+        "eos_id": 1,
+        "pad_id": 0,
+        "blocks_per_epoch": "auto",
+    }
+    with pytest.warns(UserWarning, match="estimate"):
+        ours = StreamingDataset(multi_table, **kwargs)
+    with pytest.warns(UserWarning):
+        ref = Reference(multi_table, **kwargs)
+    assert ours.blocks_per_epoch == ref.state_dict()["blocks_per_epoch"]
+    assert ours.state_dict()["blocks_per_epoch"] == ours.blocks_per_epoch
+    assert ours.blocks_per_epoch % num_splits == 0 and ours.blocks_per_epoch >= num_splits
+    assert_same_blocks(list(ours), list(ref))
+
+
+def test_auto_budget_rejects_null_tokens_d16(null_table: Any) -> None:
+    kwargs = {
+        "columns": ["tokens"],
+        "pack_sequences": 4,
+        "eos_id": 1,
+        "pad_id": 0,
+        "blocks_per_epoch": "auto",
+    }
+    # one row per split, so every row is in the sample
+    for flt in ("id IN (7, 8, 9)", "id IN (32, 33, 34)"):  # a null list; a null inside a list
+        with pytest.warns(UserWarning), pytest.raises(ValueError, match="null"):
+            StreamingDataset(null_table, num_splits=3, filter=flt, **kwargs)

@@ -407,3 +407,35 @@ def test_reiterating_continues_b11(multi_table: Any) -> None:
     assert list(ds) == []  # exhausted: nothing more until set_epoch
     ds.set_epoch(0)
     assert ids(ds) == whole
+
+
+class WorkerInfo:
+    """What ``worker_info_override`` needs: a worker id and the worker count."""
+
+    def __init__(self, worker_id: int, num_workers: int) -> None:
+        self.id = worker_id
+        self.num_workers = num_workers
+
+
+def test_simulated_workers_of_two_ranks_merge_exactly_once(multi_table: Any) -> None:
+    """W=2 x nw=2 iterators stop at different points; merged and resumed on W=1: exactly once."""
+    whole = ids(StreamingDataset(multi_table, num_splits=8))
+    iterators = [
+        StreamingDataset(
+            multi_table, num_splits=8, world_size=2, rank=r, worker_info_override=WorkerInfo(w, 2)
+        )
+        for r in range(2)
+        for w in range(2)
+    ]
+    first: list[int] = []
+    for ds, n in zip(iterators, (7, 0, 12, 3)):
+        first += ids(consume(ds, n))
+    states = [ds.state_dict() for ds in iterators]
+    # each iterator reports exact values for its two splits and the loaded zeros elsewhere
+    assert states[0]["samples_consumed_per_split"] == [4, 3, 0, 0, 0, 0, 0, 0]
+    assert states[2]["samples_consumed_per_split"] == [0, 0, 0, 0, 6, 6, 0, 0]
+    merged = merge_state_dicts(states)
+    assert merged["samples_consumed_per_split"] == [4, 3, 0, 0, 6, 6, 2, 1]
+    one = StreamingDataset(multi_table, num_splits=8)
+    one.load_state_dict(merged)
+    assert Counter(first + ids(one)) == Counter(whole)

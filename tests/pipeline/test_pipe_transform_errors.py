@@ -331,3 +331,36 @@ def test_first_rows_are_never_lost_before_a_late_error(multi_table: Any, perm_of
     assert list(itertools.islice(it, 8)) == splits[0][:8]
     with pytest.raises(BadRow):
         next(it)
+
+
+def test_iterable_outputs_are_accepted(multi_table: Any) -> None:
+    """Any iterable with one item per row passes: a NumPy array, a tuple, a generator (R5.2)."""
+    for transform in (
+        lambda b: b.column("id").to_numpy(),
+        lambda b: tuple(b.column("id").to_pylist()),
+        lambda b: (v * 2 for v in b.column("id").to_pylist()),
+    ):
+        got = list(StreamingDataset(multi_table, num_splits=2, transform=transform, read_batch_size=9))
+        assert [int(v) for v in got] == [
+            int(v) for v in Reference(multi_table, num_splits=2, transform=transform, read_batch_size=9)
+        ]
+
+
+class FrameLike:
+    """Duck-typed data frame (pandas is not installed): iterating yields the column names."""
+
+    def __init__(self, batch: pa.RecordBatch) -> None:
+        self.columns = [f"c{i}" for i in range(batch.num_rows)]
+        self.shape = (batch.num_rows, batch.num_rows)
+
+    def __iter__(self) -> Any:
+        return iter(self.columns)
+
+    def __len__(self) -> int:
+        return len(self.columns)
+
+
+def test_data_frame_output_is_a_type_error_d10(multi_table: Any) -> None:
+    ds = StreamingDataset(multi_table, num_splits=2, transform=FrameLike, on_transform_error="skip")
+    with pytest.raises(TypeError, match="frame"):
+        list(ds)

@@ -317,3 +317,61 @@ def test_plain_dataloader_with_workers_disables_state_dict_b7(multi_table: Any) 
         ds.state_dict()
     ds.load_state_dict(good)  # D8: loading a checkpoint clears the flag
     assert ds.state_dict() == good
+
+
+def test_batch_size_none_and_reiteration_continue(multi_table: Any) -> None:
+    whole = [row["id"] for row in StreamingDataset(multi_table, num_splits=4, columns=["id"])]
+    ds = StreamingDataset(multi_table, num_splits=4, columns=["id"])
+    got: list[int] = []
+    for n, item in enumerate(StreamingDataLoader(ds, batch_size=None), 1):
+        got.append(int(item["id"]))
+        if n == 7:
+            break
+    assert ds.state_dict()["samples_consumed_per_split"] == [2, 2, 2, 1]  # mid-cycle, in-process
+    loader = StreamingDataLoader(ds, batch_size=5)
+    for n, batch in enumerate(loader, 1):
+        got += as_ids(batch)
+        if n == 3:
+            break
+    assert ds.state_dict()["samples_consumed_per_split"] == [6, 6, 5, 5]
+    got += [r for batch in loader for r in as_ids(batch)]
+    assert got == whole
+    assert list(loader) == []  # exhausted until set_epoch (B11)
+
+
+def test_packed_two_workers_deliver_and_commit_at_steps(multi_table: Any) -> None:
+    kwargs = {
+        "num_splits": 4,
+        "columns": ["tokens"],
+        "pack_sequences": 5,
+        "eos_id": 1,
+        "pad_id": 0,
+        "blocks_per_epoch": 80,
+    }
+    expected = simulated_delivery(multi_table, kwargs, num_workers=2, batch_size=2)
+    plain = StreamingDataset(multi_table, **kwargs)
+    steps = []
+    it = iter(plain)
+    for _ in range(20):
+        list(itertools.islice(it, 4))
+        steps.append(plain.state_dict())
+    it.close()
+    ds = StreamingDataset(multi_table, **kwargs)
+    loader = StreamingDataLoader(ds, batch_size=2, num_workers=2)
+    for n, batch in enumerate(loader, 1):
+        want = expected[n - 1]
+        assert torch.equal(batch["input_ids"], torch.stack([b["input_ids"] for b in want])), n
+        assert torch.equal(batch["doc_ids"], torch.stack([b["doc_ids"] for b in want])), n
+        if n % 2 == 0:  # both workers delivered one cycle of their two splits
+            assert ds.state_dict() == steps[n // 2 - 1], n
+        else:
+            with pytest.raises(RuntimeError):
+                ds.state_dict()
+        if n == 12:
+            break
+    del loader  # workers had prefetched more; only delivered batches count
+    assert ds.state_dict() == steps[5]
+    resumed = StreamingDataset(multi_table, **kwargs)
+    resumed.load_state_dict(ds.state_dict())
+    rest = [b["input_ids"].tolist() for b in resumed]
+    assert rest == [b["input_ids"].tolist() for b in StreamingDataset(multi_table, **kwargs)][4 * 6 :]

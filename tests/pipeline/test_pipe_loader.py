@@ -310,7 +310,7 @@ def test_one_worker_allows_mid_cycle_checkpoints(multi_table: Any, perm_of: Any)
 def test_plain_dataloader_with_workers_disables_state_dict_b7(multi_table: Any) -> None:
     ds = StreamingDataset(multi_table, num_splits=2, columns=["id"])
     good = ds.state_dict()
-    loader = DataLoader(ds, batch_size=10, num_workers=1, multiprocessing_context="spawn")
+    loader = DataLoader(ds, batch_size=10, num_workers=1, multiprocessing_context="forkserver")
     batches = list(itertools.islice(iter(loader), 3))
     assert len(batches) == 3
     with pytest.raises(RuntimeError, match="StreamingDataLoader"):

@@ -8,19 +8,35 @@ Public API (a drop-in for ``lancedb.streaming``):
 * :class:`Statistics` -- the snapshot returned by ``StreamingDataset.statistics()``.
 
 The executable specification lives in :mod:`elastic_loader.spec`, the shipped
-conformance suite in :mod:`elastic_loader.testing`.
+conformance suite in :mod:`elastic_loader.testing`. The public names are loaded on
+first use, so importing the spec alone does not import torch or LanceDB.
 """
 
-from ._pipeline._stats import Statistics
-from ._pipeline.dataset import (
-    DEFAULT_IO_QUEUE_DEPTH,
-    DEFAULT_READ_BATCH_SIZE,
-    StreamingDataset,
-    merge_state_dicts,
-)
-from ._pipeline.loader import StreamingDataLoader
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._pipeline._stats import Statistics
+    from ._pipeline.dataset import (
+        DEFAULT_IO_QUEUE_DEPTH,
+        DEFAULT_READ_BATCH_SIZE,
+        StreamingDataset,
+        merge_state_dicts,
+    )
+    from ._pipeline.loader import StreamingDataLoader
 
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    "StreamingDataset": "._pipeline.dataset",
+    "merge_state_dicts": "._pipeline.dataset",
+    "DEFAULT_READ_BATCH_SIZE": "._pipeline.dataset",
+    "DEFAULT_IO_QUEUE_DEPTH": "._pipeline.dataset",
+    "StreamingDataLoader": "._pipeline.loader",
+    "Statistics": "._pipeline._stats",
+}
 
 __all__ = [
     "StreamingDataset",
@@ -31,3 +47,16 @@ __all__ = [
     "DEFAULT_IO_QUEUE_DEPTH",
     "__version__",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'elastic_loader' has no attribute {name!r}")
+    value = getattr(import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

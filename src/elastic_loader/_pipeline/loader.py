@@ -22,7 +22,7 @@ from .dataset import _ACTIVE, StreamingDataset
 # locks held by threads that do not exist there). A fork server is a fresh process
 # that never imports LanceDB or lance: it preloads torch, NumPy and pyarrow once, and
 # workers fork from it cheaply. Without fork servers (Windows), workers spawn.
-_PRELOAD = ["torch", "numpy", "pyarrow", "elastic_loader"]
+_PRELOAD = ["torch", "numpy", "pyarrow", "elastic_loader._pipeline.loader"]
 
 
 def default_context() -> multiprocessing.context.BaseContext:

@@ -1,186 +1,384 @@
-"""The elastic-loader demo: checkpoint mid-epoch, resume in a fresh process on another worker count.
+"""The elastic-loader demo: a 4-process training job killed with SIGKILL, resumed on 2 processes.
 
 ``python -m elastic_loader.examples.demo [--dir demo_data]`` (``make demo``):
 
-1. builds an embedded LanceDB token corpus under ``--dir`` (once);
-2. computes the uninterrupted packed epoch in this process (the reference run);
-3. phase A, a fresh process: a ``StreamingDataLoader`` with 2 worker processes
-   trains on part of the epoch, then writes ``dataset.state_dict()`` to disk;
-4. phase B, another fresh process: loads the checkpoint and finishes the epoch
-   with 4 worker processes;
-5. checks that the global steps of A then B are exactly the uninterrupted
-   run's (same blocks in every step, none lost, none repeated) and prints
-   throughput.
+1. builds an embedded LanceDB table under ``--dir`` (once);
+2. runs the uninterrupted single-process job in this process (the reference);
+3. launches ``elastic_loader.examples.train`` under ``torchrun`` with 4 processes
+   (gloo, one DataLoader worker each) and, part-way through the epoch, kills the
+   whole job with SIGKILL (no clean shutdown, checkpoint writes cut anywhere);
+4. relaunches it with 2 processes, which resumes from the last checkpoint and
+   finishes the epoch;
+5. checks that the effective run (the steps the checkpoint kept, then the
+   resumed steps) trained on exactly the reference's samples, step by step,
+   with no sample lost or duplicated, and that the final model equals the
+   reference's; prints throughput.
 
 Exit status 0 means every check passed.
+
+The job-control helpers here (:func:`launch`, :func:`kill_tree`,
+:func:`read_attempts`, :func:`effective_steps`, :func:`account`) are also
+used by the distributed tests; ``docs/DISTRIBUTED.md`` defines "lost" and
+"duplicated".
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
+import contextlib
 import json
+import os
+import random
+import shutil
+import signal
 import subprocess
 import sys
 import time
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-NUM_SPLITS = 8
-CYCLES_PER_BATCH = 4
-PACK = 256
-DOCS = 20_000
+ROWS = 4800
+NUM_SPLITS = 12
+CYCLES = 4
 SEED = 2024
+JOB = "elastic_loader.examples.train"
+
+# ------------------------------------------------------------------ process control
 
 
-def _progress(total: int, desc: str) -> Any:
+def _stat(pid: int) -> tuple[int, int] | None:
+    """``(parent pid, start time)`` of a live process, ``None`` when it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2 :].split()
+    if fields[0] == "Z":
+        return None
+    return int(fields[1]), int(fields[19])
+
+
+def process_tree(root: int) -> dict[int, int]:
+    """Every live process in the tree under ``root`` (``root`` included): pid -> start time."""
+    parents: dict[int, list[int]] = {}
+    starts: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            info = _stat(int(entry))
+            if info is not None:
+                parents.setdefault(info[0], []).append(int(entry))
+                starts[int(entry)] = info[1]
+    tree: dict[int, int] = {}
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        if pid in starts and pid not in tree:
+            tree[pid] = starts[pid]
+            todo.extend(parents.get(pid, []))
+    return tree
+
+
+def signal_processes(tree: dict[int, int], sig: signal.Signals) -> None:
+    """Send ``sig`` to the processes of ``tree`` (pid -> start time) that are still the same processes."""
+    for pid, start in tree.items():
+        info = _stat(pid)
+        if info is not None and info[1] == start:  # never signal a recycled pid
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+
+
+def kill_tree(root: int) -> int:
+    """SIGKILL ``root`` and all its descendants at once, like a machine dying; return how many.
+
+    The tree is first frozen with SIGSTOP (repeatedly, until no new process
+    appears), so no process can start or exit cleanly in between.
+    """
+    frozen: dict[int, int] = {}
+    while True:
+        tree = process_tree(root)
+        new = {pid: start for pid, start in tree.items() if pid not in frozen}
+        if not new:
+            break
+        signal_processes(new, signal.SIGSTOP)
+        frozen.update(new)
+    signal_processes(frozen, signal.SIGKILL)
+    return len(frozen)
+
+
+def launch(
+    nproc: int, args: Sequence[str], output: Path, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """Start the training job under ``torch.distributed.run --standalone`` (a free port per run)."""
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        str(nproc),
+        "--max-restarts",
+        "0",
+        "-m",
+        JOB,
+        *args,
+    ]
+    environment = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
+    with output.open("ab") as sink:
+        return subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=environment)
+
+
+def stop(process: subprocess.Popen[bytes], timeout: float) -> None:
+    """Wait up to ``timeout`` seconds, then SIGKILL whatever is left of the job."""
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        kill_tree(process.pid)
+        process.wait()
+
+
+# ------------------------------------------------------------------ step logs
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One launch of the job, as its step log tells it."""
+
+    name: str
+    world_size: int
+    workers: int
+    resumed_from: int
+    started: float
+    steps: dict[int, tuple[int, tuple[int, ...]]]
+    """Global step -> (epoch, sorted sample ids)."""
+    times: dict[int, float]
+    end: int | None
+    """The last step when the launch finished cleanly, else ``None``."""
+
+
+def read_attempts(checkpoint_dir: Path) -> list[Attempt]:
+    """Every launch's step log under ``checkpoint_dir``, in launch order (a torn last line is ignored)."""
+    out = []
+    for path in sorted((checkpoint_dir / "steps").glob("attempt-*.jsonl")):
+        records = []
+        for line in path.read_text().splitlines():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                break
+        if not records:
+            continue
+        head = records[0]
+        steps = {r["step"]: (r["epoch"], tuple(r["ids"])) for r in records if "step" in r}
+        times = {r["step"]: r["time"] for r in records if "step" in r}
+        end = next((r["end"] for r in records if "end" in r), None)
+        out.append(
+            Attempt(
+                head["attempt"],
+                head["world_size"],
+                head["workers"],
+                head["resumed_from"],
+                head["time"],
+                steps,
+                times,
+                end,
+            )
+        )
+    return out
+
+
+def effective_steps(attempts: Sequence[Attempt]) -> list[tuple[int, tuple[int, ...]]]:
+    """The history the final model was trained on: (epoch, sample ids) of global steps 1, 2, ...
+
+    A launch that resumed from step ``k`` keeps steps ``1..k`` as they were
+    and replaces everything after ``k`` with its own steps.
+
+    Raises:
+        ValueError: a launch resumed from a step no earlier launch logged, or
+            the history has a gap.
+    """
+    history: dict[int, tuple[int, tuple[int, ...]]] = {}
+    for attempt in attempts:
+        kept = {g: v for g, v in history.items() if g <= attempt.resumed_from}
+        if sorted(kept) != list(range(1, attempt.resumed_from + 1)):
+            raise ValueError(
+                f"{attempt.name} resumed from step {attempt.resumed_from}, which was never logged"
+            )
+        history = {**kept, **attempt.steps}
+    if sorted(history) != list(range(1, len(history) + 1)):
+        raise ValueError(f"the effective history has gaps: steps {sorted(history)}")
+    return [history[g] for g in sorted(history)]
+
+
+@dataclass(frozen=True)
+class Accounting:
+    """Samples of the effective history against the epochs' sample sets."""
+
+    trained: int
+    lost: int
+    duplicated: int
+    unexpected: int
+
+
+def account(history: Iterable[tuple[int, Iterable[int]]], epoch_samples: dict[int, set[int]]) -> Accounting:
+    """Count lost, duplicated and unexpected samples per epoch (definitions in ``docs/DISTRIBUTED.md``).
+
+    ``lost``: samples of an epoch's set that no step of that epoch trained on.
+    ``duplicated``: extra occurrences (a sample trained ``n > 1`` times in one
+    epoch counts ``n - 1``). ``unexpected``: trained samples outside the set.
+    """
+    seen: dict[int, Counter[int]] = {epoch: Counter() for epoch in epoch_samples}
+    for epoch, ids in history:
+        seen.setdefault(epoch, Counter()).update(ids)
+    trained = lost = duplicated = unexpected = 0
+    for epoch, counts in seen.items():
+        expected = epoch_samples.get(epoch, set())
+        trained += sum(counts.values())
+        lost += len(expected - counts.keys())
+        duplicated += sum(n - 1 for n in counts.values() if n > 1)
+        unexpected += len(counts.keys() - expected)
+    return Accounting(trained, lost, duplicated, unexpected)
+
+
+# ------------------------------------------------------------------ the demo
+
+
+def _last_step(path: Path) -> int:
+    """The last global step an attempt's log holds (0 when none)."""
+    if not path.exists():
+        return 0
+    last = 0
+    for line in path.read_text().splitlines():
+        if line.startswith('{"step":'):
+            last = int(line.split(",", 1)[0].split(":")[1])
+    return last
+
+
+def _follow(path: Path, total: int, desc: str, until: int | None, process: subprocess.Popen[bytes]) -> int:
+    """Show a progress bar over a step log until it reaches ``until`` or the job exits; the last step."""
     from tqdm import tqdm
 
-    return tqdm(total=total, desc=desc, unit="blk", leave=True, dynamic_ncols=True)
+    with tqdm(total=total, desc=desc, unit="step", dynamic_ncols=True) as bar:
+        while process.poll() is None:
+            done = _last_step(path)
+            bar.update(done - bar.n)
+            if until is not None and done >= until:
+                return done
+            time.sleep(0.05)
+        done = _last_step(path)
+        bar.update(done - bar.n)
+        return done
 
 
-def build_corpus(directory: Path) -> Any:
-    """The token table (documents of 5-400 token ids), built once."""
-    import lancedb
-    import numpy as np
-    import pyarrow as pa
-
-    db = lancedb.connect(str(directory))
-    if "corpus" not in db.list_tables().tables:
-        rng = np.random.default_rng(SEED)
-        lengths = rng.integers(5, 400, DOCS)
-        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-        values = rng.integers(3, 32_000, int(offsets[-1]), dtype=np.int64)
-        tokens = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(values))
-        db.create_table("corpus", pa.table({"id": np.arange(DOCS), "tokens": tokens}))
-    return db.open_table("corpus")
-
-
-def dataset(table: Any, budget: int) -> Any:
-    from elastic_loader import StreamingDataset
-
-    return StreamingDataset(
-        table,
-        num_splits=NUM_SPLITS,
-        shuffle_seed=SEED,
-        columns=["tokens"],
-        pack_sequences=PACK,
-        eos_id=1,
-        pad_id=0,
-        blocks_per_epoch=budget,
-    )
-
-
-def digest(input_ids: Any, doc_ids: Any) -> str:
-    """A short identity of a block's content (tokens and document ids)."""
-    h = hashlib.sha1(input_ids.numpy().tobytes())
-    h.update(doc_ids.numpy().tobytes())
-    return h.hexdigest()[:16]
-
-
-def budget_of(table: Any) -> int:
-    import pyarrow.compute as pc
-
-    lengths = pc.list_value_length(table.to_arrow().column("tokens"))
-    blocks = (int(pc.sum(lengths).as_py()) + int(table.count_rows())) // PACK
-    return int(blocks - blocks % NUM_SPLITS)
-
-
-def phase(directory: Path, workers: int, steps: int | None, checkpoint: Path, load: bool) -> None:
-    """Run in a fresh process: train ``steps`` global steps (None: to the end) with ``workers`` workers."""
-    from elastic_loader import StreamingDataLoader
-
-    table = build_corpus(directory)
-    budget = budget_of(table)
-    ds = dataset(table, budget)
-    if load:
-        ds.load_state_dict(json.loads(checkpoint.read_text()))
-    # Each batch holds CYCLES_PER_BATCH cycles of the worker's splits, so every round of
-    # ``workers`` batches ends at a step boundary where state_dict() is exact.
-    loader = StreamingDataLoader(ds, batch_size=NUM_SPLITS // workers * CYCLES_PER_BATCH, num_workers=workers)
-    total_steps = budget // NUM_SPLITS
-    done_steps = ds.state_dict()["blocks_emitted_per_split"][0]
-    todo = (total_steps - done_steps) if steps is None else steps
-    delivered: list[str] = []
-    t0 = time.perf_counter()
-    with _progress(todo * NUM_SPLITS, f"phase {'B' if load else 'A'} ({workers} workers)") as bar:
-        iterator = iter(loader)
-        batches = None if steps is None else steps // CYCLES_PER_BATCH * workers
-        for n, batch in enumerate(iterator, 1):
-            delivered.extend(digest(i, d) for i, d in zip(batch["input_ids"], batch["doc_ids"]))
-            bar.update(len(batch["input_ids"]))
-            if n == batches:
-                break
-        seconds = time.perf_counter() - t0
-        state = ds.state_dict()
-        del iterator
-    tokens = len(delivered) * PACK
-    out = {"delivered": delivered, "seconds": seconds, "tokens": tokens, "state": state}
-    checkpoint.with_suffix(f".{'B' if load else 'A'}.json").write_text(json.dumps(out))
-    checkpoint.write_text(json.dumps(state))
+def _rate(attempt: Attempt, samples_per_step: int) -> str:
+    """Training throughput between an attempt's first and last logged steps."""
+    if len(attempt.times) < 2:
+        return "n/a"
+    first, last = min(attempt.times), max(attempt.times)
+    seconds = attempt.times[last] - attempt.times[first]
+    return f"{(last - first) * samples_per_step / seconds:,.0f} samples/s" if seconds > 0 else "n/a"
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the demo; 0 when every self-check passed."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--dir", type=Path, default=Path("demo_data"))
-    parser.add_argument("--phase", choices=["A", "B"], help=argparse.SUPPRESS)
-    parser.add_argument("--workers", type=int, default=2, help=argparse.SUPPRESS)
-    parser.add_argument("--steps", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--seed", type=int, default=SEED, help="seed of the kill moment")
     args = parser.parse_args(argv)
     directory: Path = args.dir.resolve()
     directory.mkdir(parents=True, exist_ok=True)
-    checkpoint = directory / "checkpoint.json"
-    if args.phase:
-        phase(directory, args.workers, args.steps, checkpoint, load=args.phase == "B")
-        return 0
+    import numpy as np
 
+    from elastic_loader.distributed import load_checkpoint
+    from elastic_loader.examples import train
+
+    reference_dir, job_dir = directory / "reference", directory / "job"
+    for old in (reference_dir, job_dir):
+        shutil.rmtree(old, ignore_errors=True)
+    total, per_step = ROWS // (NUM_SPLITS * CYCLES), NUM_SPLITS * CYCLES
+    common = ["--db", str(directory / "db"), "--rows", str(ROWS), "--num-splits", str(NUM_SPLITS)]
+    common += ["--cycles", str(CYCLES), "--seed", str(SEED)]
+    options = [*common, "--checkpoint-dir", str(job_dir), "--workers", "1"]
     print(f"elastic-loader demo in {directory}")
-    table = build_corpus(directory)
-    budget = budget_of(table)
-    steps = budget // NUM_SPLITS
-    print(f"corpus: {table.count_rows():,} documents; {NUM_SPLITS} splits; blocks of {PACK} tokens")
+    print(f"table: {ROWS} rows, {NUM_SPLITS} splits; a global step = {CYCLES} cycles = {per_step} samples")
 
     t0 = time.perf_counter()
-    reference = []
-    with _progress(budget, "uninterrupted run (in process)") as bar:
-        for block in dataset(table, budget):
-            reference.append(digest(block["input_ids"], block["doc_ids"]))
-            bar.update(1)
-    reference_seconds = time.perf_counter() - t0
-    stop_at = steps * 2 // 5 // CYCLES_PER_BATCH * CYCLES_PER_BATCH
-    run = [sys.executable, "-m", "elastic_loader.examples.demo", "--dir", str(directory)]
-    subprocess.run([*run, "--phase", "A", "--workers", "2", "--steps", str(stop_at)], check=True)
-    subprocess.run([*run, "--phase", "B", "--workers", "4"], check=True)
-    a = json.loads(checkpoint.with_suffix(".A.json").read_text())
-    b = json.loads(checkpoint.with_suffix(".B.json").read_text())
+    reference_run = train.train(train.parse_args([*common, "--checkpoint-dir", str(reference_dir)]))
+    reference = read_attempts(reference_dir)[0]
+    print(f"reference: uninterrupted, 1 process, {total} steps in {time.perf_counter() - t0:.1f}s")
 
-    def global_steps(blocks: list[str]) -> list[list[str]]:
-        # One training step = one round of batches = CYCLES_PER_BATCH cycles of every split.
-        size = NUM_SPLITS * CYCLES_PER_BATCH
-        return [sorted(blocks[i : i + size]) for i in range(0, len(blocks), size)]
+    rng = random.Random(args.seed)
+    kill_after = rng.randint(total * 3 // 10, total * 5 // 10)
+    output = directory / "job.log"
+    output.write_bytes(b"")
+    logs = job_dir / "steps"
+    t0 = time.perf_counter()
+    job = launch(4, options, output)
+    _follow(logs / "attempt-0000.jsonl", total, "phase A: 4 processes", kill_after, job)
+    time.sleep(rng.uniform(0.0, 0.1))
+    killed = kill_tree(job.pid)
+    job.wait()
+    seconds_a = time.perf_counter() - t0
+    print(
+        f"phase A: SIGKILL to {killed} processes (ranks, fork servers, workers) {seconds_a:.1f}s after launch"
+    )
 
-    expected = global_steps(reference)
-    resumed = global_steps(a["delivered"]) + global_steps(b["delivered"])
+    t0 = time.perf_counter()
+    job = launch(2, options, output)
+    _follow(logs / "attempt-0001.jsonl", total, "phase B: 2 processes", None, job)
+    status = job.wait()
+    seconds_b = time.perf_counter() - t0
+
+    attempts = read_attempts(job_dir)
+    if len(attempts) != 2:
+        print(
+            f"demo FAILED: expected 2 launches in the step logs, found {len(attempts)} (job output: {output})"
+        )
+        return 1
+    a, b = attempts
+    history = effective_steps(attempts)
+    counts = account(history, {0: set(range(ROWS))})
+    ranks = [json.loads(p.read_text()) for p in sorted(logs.glob(f"{b.name}.rank-*.json"))]
+    checkpoint = load_checkpoint(job_dir / train.CHECKPOINT)
+    split_rows = [ROWS // NUM_SPLITS] * NUM_SPLITS
     checks = {
-        "phase A stopped mid-epoch": 0 < len(a["delivered"]) < len(reference),
-        "checkpoint counts exactly phase A's blocks": a["state"]["blocks_emitted_per_split"]
-        == [stop_at] * NUM_SPLITS,
-        "every global step equals the uninterrupted run's": resumed == expected,
-        "no block lost or repeated": sorted(a["delivered"] + b["delivered"]) == sorted(reference),
-        "the epoch ends exactly at the budget": b["state"]["blocks_emitted_per_split"]
-        == [steps] * NUM_SPLITS,
+        "phase B resumed mid-epoch on 2 processes": 0 < b.resumed_from < total and b.world_size == 2,
+        "phase B finished the epoch cleanly": status == 0 and b.end == total,
+        "every global step equals the uninterrupted run's": history
+        == [reference.steps[g] for g in sorted(reference.steps)],
+        "no sample lost, duplicated or unexpected": (counts.lost, counts.duplicated, counts.unexpected)
+        == (0, 0, 0),
+        "both ranks stopped at the last step": [r["last_step"] for r in ranks] == [total, total],
+        "final checkpoint: step and every split complete": checkpoint is not None
+        and checkpoint["step"] == total
+        and checkpoint["loader"]["samples_consumed_per_split"] == split_rows,
+        "final model equals the uninterrupted run's": len(ranks) == 2
+        and all(np.allclose(r["weights"], reference_run.weights, rtol=0, atol=1e-9) for r in ranks),
     }
     print()
-    print(f"uninterrupted, in process: {len(reference) * PACK / reference_seconds:>12,.0f} tokens/s")
-    for name, result in (("phase A, 2 workers:", a), ("phase B, 4 workers:", b)):
-        print(f"{name:27s}{result['tokens'] / result['seconds']:>12,.0f} tokens/s (worker start-up included)")
-    print(f"resumed at global step {stop_at} of {steps} on a different worker count")
+    print(f"reference, 1 process in process:  {_rate(reference, per_step):>18} while training")
+    for name, attempt, seconds in (("phase A", a, seconds_a), ("phase B", b, seconds_b)):
+        print(
+            f"{name}, {attempt.world_size} processes x 1 worker: {_rate(attempt, per_step):>18} "
+            f"while training; "
+            f"{seconds:.1f}s wall including start-up"
+        )
+    redone = max(a.steps, default=0) - b.resumed_from
+    print(
+        f"phase A logged {max(a.steps, default=0)} steps before the kill; its last complete checkpoint was "
+        f"step {b.resumed_from}; phase B redid {redone} step(s), then finished at step {b.end}"
+    )
+    print(
+        f"samples trained: {counts.trained} of {ROWS}; lost {counts.lost}, duplicated {counts.duplicated}, "
+        f"unexpected {counts.unexpected}"
+    )
     for name, ok in checks.items():
         print(f"  [{'ok' if ok else 'FAILED'}] {name}")
     failed = [name for name, ok in checks.items() if not ok]
-    print("demo passed" if not failed else f"demo FAILED: {failed}")
+    print("demo passed" if not failed else f"demo FAILED: {failed} (job output: {output})")
     return 1 if failed else 0
 
 

@@ -1,0 +1,97 @@
+"""Real process groups: stop or SIGKILL a 4-process job, resume it on 2 and 3 processes.
+
+After every scenario the effective history (the steps the last checkpoint
+kept, then the resumed steps; see ``docs/DISTRIBUTED.md``) must equal the
+uninterrupted single-process run step by step, with zero lost and zero
+duplicated samples, and the final model must equal the single-process model.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import numpy as np
+import pytest
+from dist_harness import (
+    EPOCHS,
+    NUM_SPLITS,
+    STEPS_PER_EPOCH,
+    Database,
+    Job,
+    epoch_samples,
+    expected_loader_state,
+    record_trial,
+    soak_trials,
+)
+
+from elastic_loader.examples import demo
+
+TOTAL = EPOCHS * STEPS_PER_EPOCH
+
+
+def check_checkpoint(job: Job, database: Database, step: int) -> None:
+    """The checkpoint on disk is exactly global step ``step`` of the uninterrupted run."""
+    checkpoint = job.checkpoint()
+    assert checkpoint is not None and checkpoint["step"] == step
+    epoch = (step - 1) // STEPS_PER_EPOCH
+    samples, positions = expected_loader_state(database.table, epoch, step - epoch * STEPS_PER_EPOCH)
+    loader = checkpoint["loader"]
+    assert (loader["epoch"], loader["num_splits"]) == (epoch, NUM_SPLITS)
+    assert loader["samples_consumed_per_split"] == samples
+    assert loader["positions_consumed_per_split"] == positions
+
+
+def check_history(job: Job, database: Database) -> tuple[demo.Accounting, int]:
+    """Compare the effective history with the reference; return the accounting and the steps redone."""
+    attempts = job.attempts()
+    history = demo.effective_steps(attempts)
+    for g, (got, want) in enumerate(zip(history, database.steps), 1):
+        assert got == want, f"global step {g} differs from the uninterrupted run"
+    assert len(history) == len(database.steps)
+    counts = demo.account(history, epoch_samples(database.steps))
+    assert (counts.lost, counts.duplicated, counts.unexpected) == (0, 0, 0), counts
+    last = attempts[-1]
+    assert last.end == TOTAL
+    reports = job.rank_reports(last)
+    assert len(reports) == last.world_size
+    assert {r["last_step"] for r in reports} == {TOTAL}
+    for report in reports:
+        np.testing.assert_allclose(report["weights"], database.weights, rtol=0, atol=1e-9)
+    check_checkpoint(job, database, TOTAL)
+    pairs = itertools.pairwise(attempts)
+    redone = sum(max(a.steps, default=a.resumed_from) - b.resumed_from for a, b in pairs)
+    return counts, redone
+
+
+def test_clean_stops_resume_on_2_then_3_processes(job: Job, database: Database) -> None:
+    rng = random.Random(11)
+    first = rng.randrange(1, STEPS_PER_EPOCH)  # inside epoch 0
+    second = rng.randrange(STEPS_PER_EPOCH, TOTAL)  # epoch 1 (or exactly at the end of epoch 0)
+    job.run(4, 1, "--stop-after", str(first))
+    check_checkpoint(job, database, first)
+    job.run(2, 0, "--stop-after", str(second))
+    check_checkpoint(job, database, second)
+    job.run(3, 1)
+    counts, redone = check_history(job, database)
+    assert redone == 0  # clean stops lose no step
+    record_trial("clean stops 4 -> 2 -> 3", 11, job, counts, redone)
+
+
+@pytest.mark.parametrize("trial", range(soak_trials(2)))
+def test_sigkill_at_random_moments(job: Job, database: Database, trial: int) -> None:
+    """A 4-process job SIGKILLed at a random moment, resumed on 2 or 3 processes (maybe killed again)."""
+    seed = 1000 + trial
+    rng = random.Random(seed)
+    worlds = [4] + [rng.choice([2, 3]) for _ in range(rng.randint(1, 2))]
+    for i, world in enumerate(worlds):
+        workers = rng.choice([0, 1])
+        if i == len(worlds) - 1:
+            job.run(world, workers)
+            break
+        process, launch = job.start(world, workers)
+        mode = rng.choice(["job", "job", "rank"])
+        step = None if rng.random() < 0.15 else rng.randint(launch.checkpoint_step, TOTAL - 1)
+        job.kill_at(process, launch, rng, mode=mode, step=step)
+    counts, redone = check_history(job, database)
+    record_trial("sigkill", seed, job, counts, redone)

@@ -214,3 +214,52 @@ def test_packed_blocks_match_the_spec(null_table: Any, perm_of: Any, case: dict[
         int(k): PackBuffer(tuple(v["tokens"]), tuple(v["starts"])) for k, v in state["pack_buffers"].items()
     }
     assert buffers == dict(expected.buffers)
+
+
+@given(case=packed_cases(), steps=st.integers(0, 12))
+def test_packed_resume_from_a_spec_checkpoint(
+    null_table: Any, perm_of: Any, case: dict[str, Any], steps: int
+) -> None:
+    """A one-rank checkpoint after ``steps`` global steps, resumed on rank ``r`` of ``W``."""
+    s, w, r = case["num_splits"], case["world_size"], case["rank"]
+    perm = cached_perm(null_table, perm_of, s)
+    faults = Faults(skipped=NULL_IDS)  # a raising document would end the one-rank run early
+    config = PackingConfig(case["pack_sequences"], -1, -2, case["blocks_per_epoch"])
+    corpus = null_corpus(null_table)
+    zero = PackedState((0,) * s, (0,) * s)
+    whole = iterate_packed(perm, corpus, faults, tuple(range(s)), config, zero)
+    at = min(steps, case["blocks_per_epoch"] // s) * s
+    start = whole.state_after(at)
+    owned = tuple(range(r * s // w, (r + 1) * s // w))
+    model = iterate_packed(perm, corpus, faults, owned, config, start)
+    ds = StreamingDataset(
+        null_table,
+        num_splits=s,
+        world_size=w,
+        rank=r,
+        columns=["tokens"],
+        pack_sequences=case["pack_sequences"],
+        eos_id=-1,
+        pad_id=-2,
+        blocks_per_epoch=case["blocks_per_epoch"],
+        on_transform_error="skip",
+        read_batch_size=case["read_batch_size"],
+    )
+    ds.load_state_dict(
+        {
+            "shuffle_seed": 0,
+            "num_splits": s,
+            "epoch": 0,
+            "pack_sequences": case["pack_sequences"],
+            "eos_id": -1,
+            "pad_id": -2,
+            "blocks_per_epoch": case["blocks_per_epoch"],
+            "samples_consumed_per_split": list(start.consumed),
+            "blocks_emitted_per_split": list(start.emitted),
+            "pack_buffers": {
+                str(k): {"tokens": list(b.tokens), "starts": list(b.starts)} for k, b in start.buffers.items()
+            },
+        }
+    )
+    got = [(tuple(b["input_ids"].tolist()), tuple(b["doc_ids"].tolist())) for b in ds]
+    assert got == [(b.input_ids, b.doc_ids) for b in model.blocks]

@@ -375,3 +375,44 @@ def test_packed_two_workers_deliver_and_commit_at_steps(multi_table: Any) -> Non
     resumed.load_state_dict(ds.state_dict())
     rest = [b["input_ids"].tolist() for b in resumed]
     assert rest == [b["input_ids"].tolist() for b in StreamingDataset(multi_table, **kwargs)][4 * 6 :]
+
+
+def test_one_active_iterator_per_dataset(multi_table: Any) -> None:
+    ds = StreamingDataset(multi_table, num_splits=2, columns=["id"])
+    first = iter(StreamingDataLoader(ds, batch_size=4))
+    next(first)
+    with pytest.raises(RuntimeError):
+        iter(StreamingDataLoader(ds, batch_size=4))
+    with pytest.raises(RuntimeError):
+        next(iter(ds))
+    with pytest.raises(RuntimeError):
+        ds.load_state_dict(ds.state_dict())
+    rest = sum(len(as_ids(b)) for b in first)  # exhaustion releases the dataset
+    assert rest == 196
+    assert list(StreamingDataLoader(ds, batch_size=4)) == []
+
+
+@pytest.mark.parametrize(("world_size", "rank", "num_workers"), [(2, 1, 2), (1, 0, 4), (2, 0, 1)])
+def test_simulated_worker_delivery_matches_the_spec(
+    multi_table: Any, perm_of: Any, world_size: int, rank: int, num_workers: int
+) -> None:
+    """Worker sub-blocks of a rank (``worker_info_override``) in torch's delivery order, as the spec says."""
+    splits = perm_of(multi_table, num_splits=8)
+    config = RunConfig(num_splits=8, shuffle_seed=0, epoch=0)
+    topology = Topology(world_size, rank, num_workers, 0)
+    model = run_loader(config, perm_tuple(splits), Faults(), topology, initial_row_state(8), batch_size=7)
+    kwargs = {"num_splits": 8, "world_size": world_size, "rank": rank, "columns": ["id"]}
+    got = simulated_delivery(multi_table, kwargs, num_workers=num_workers, batch_size=7)
+    assert [[row["id"] for row in batch] for batch in got] == [
+        [y.row_id for y in d.items] for d in model.deliveries
+    ]
+
+
+def test_len_counts_the_items_of_an_epoch(multi_table: Any) -> None:
+    for kwargs in ({"num_splits": 6}, {"num_splits": 6, "world_size": 3, "rank": 2}):
+        ds = StreamingDataset(multi_table, columns=["id"], **kwargs)
+        assert len(ds) == len(list(ds))
+    packed = {"columns": ["tokens"], "pack_sequences": 4, "eos_id": 1, "pad_id": 0, "blocks_per_epoch": 40}
+    for kwargs in ({"num_splits": 4}, {"num_splits": 4, "world_size": 2, "rank": 1}):
+        ds = StreamingDataset(multi_table, **packed, **kwargs)
+        assert len(ds) == len(list(ds))

@@ -10,8 +10,6 @@ import threading
 import time
 from typing import Any
 
-from lancedb.streaming import StreamingDataset as Reference
-
 from elastic_loader import Statistics, StreamingDataset
 
 GAUGES = ("consumed_rows", "raw_queue_depth", "prefetch_queue_depth", "unscanned_rows")
@@ -92,9 +90,8 @@ def test_bytes_loaded_counts_every_fetched_row_once(multi_table: Any) -> None:
         assert ds.transform_time > 0
         list(ds)  # exhausted: nothing more is read
         assert ds.bytes_loaded == 8 * 200
-    ref = Reference(multi_table, num_splits=4, columns=["id"])
-    list(ref)
-    assert ref.bytes_loaded == 8 * 200
+    # (The reference's value is not asserted: its shared counters are last-writer-wins and
+    # written before its pools drain (BEHAVIOR B5), so it varies from run to run.)
 
 
 def test_statistics_from_another_thread_while_iterating_b6(big_table: Any, multi_table: Any) -> None:

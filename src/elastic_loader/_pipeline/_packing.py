@@ -186,6 +186,7 @@ class ChunkSplit:
     starts: np.ndarray
     consumed: np.ndarray  # consumed position after the fill of each cycle
     pulled: np.ndarray  # buffer end (stream offset) after the fill of each cycle
+    docs: np.ndarray  # documents pulled in this chunk up to the fill of each cycle
     emitted0: int
     consumed0: int
     pulled0: int
@@ -218,7 +219,7 @@ def emit_cycles(
     )
     pulled = np.maximum(pulled, stream.pulled)
     record = ChunkSplit(
-        stream.tokens, stream.starts, consumed, pulled, stream.emitted, stream.consumed, stream.pulled
+        stream.tokens, stream.starts, consumed, pulled, need, stream.emitted, stream.consumed, stream.pulled
     )
     total = k * length
     tokens = stream.tokens
@@ -248,12 +249,14 @@ def emit_cycles(
 class PackFeed:
     """Distributes fetched documents to the owned splits' streams."""
 
-    def __init__(self, streams: list[SplitStream], eos: int) -> None:
+    def __init__(self, streams: list[SplitStream], eos: int, counters: Counters) -> None:
         self.streams = streams
         self.eos = eos
+        self.counters = counters
 
     def distribute(self, unit: Unit, payload: DocPayload) -> None:
         offsets = np.concatenate([[0], np.cumsum(payload.lengths)])
+        added = 0
         for seg in unit.segments:
             stream = self.streams[seg.split]
             if stream.error is not None:
@@ -279,6 +282,8 @@ class PackFeed:
             else:
                 values = np.concatenate([payload.values[a:b] for a, b in zip(lo, hi)])
             stream.append(values, hi - lo, positions, self.eos)
+            added += len(rows)
+        self.counters.add(ready_rows=added)
 
 
 class PackProgress:
@@ -298,13 +303,32 @@ class PackProgress:
             self.cursor = 0
             self.length = length
 
-    def end(self, complete: bool) -> None:
-        """The chunk is over; when it was left early, its progress so far becomes final."""
+    def end(self, complete: bool, counters: Counters) -> None:
+        """The chunk is over; when it was left early, its progress so far becomes final.
+
+        Counts the documents the chunk pulled up to the last block handed out (atomically).
+        """
         with self._lock:
+            docs = self._docs_pulled()
             if not complete:
                 self.final = self._current()
             self._chunk = None
             self.cursor = 0
+            counters.add(ready_rows=-docs, consumed_rows=docs, rows_delivered=docs)
+
+    def locked(self) -> threading.Lock:
+        """Held while counters and cursor must be read together."""
+        return self._lock
+
+    def _docs_pulled(self) -> int:
+        if self._chunk is None or self.cursor == 0:
+            return 0
+        cycle = (self.cursor - 1) // len(self._chunk)
+        return int(sum(int(r.docs[cycle]) for r in self._chunk))
+
+    def docs_pulled(self) -> int:
+        """Documents the current chunk pulled so far (not yet in the counters); hold ``locked()``."""
+        return self._docs_pulled()
 
     def current(self) -> list[tuple[int, int, list[int], list[int]]]:
         """Per owned split: (consumed, emitted, buffer tokens, buffer starts)."""
@@ -407,7 +431,6 @@ def iterate(
             cut.append((ids, doc_ids, record))
             pulled_docs += docs
         progress.begin([record for _, _, record in cut], length)
-        counters.add(consumed_rows=pulled_docs, rows_delivered=pulled_docs)
         complete = False
         try:
             for c in range(k):
@@ -417,4 +440,4 @@ def iterate(
                     yield {"input_ids": torch.from_numpy(ids[c]), "doc_ids": torch.from_numpy(doc_ids[c])}
             complete = True
         finally:
-            progress.end(complete)
+            progress.end(complete, counters)

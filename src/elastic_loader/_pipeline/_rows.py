@@ -224,9 +224,16 @@ class RowProgress:
             self._chunk = (cycles, positions)
             self.cursor = 0
 
-    def end(self) -> None:
+    def end(self, counters: Counters) -> None:
+        """The chunk is over: fold its progress and count its handed-out rows (atomically)."""
         with self._lock:
+            handed = self.cursor
             self._fold()
+            counters.add(ready_rows=-handed, consumed_rows=handed, rows_delivered=handed)
+
+    def locked(self) -> threading.Lock:
+        """Held while counters and cursor must be read together."""
+        return self._lock
 
     def _fold(self) -> None:
         if self._chunk is None:
@@ -262,10 +269,6 @@ class RowProgress:
             self._fold()
             self.samples[i] += 1
             self.positions[i] = position + 1
-
-    def consumed(self) -> int:
-        with self._lock:
-            return sum(self._current()[0])
 
 
 class RowEnd(Exception):
@@ -324,15 +327,13 @@ def iterate(
         else:
             rows = list(itertools.chain.from_iterable(zip(*(vals for vals, _ in taken))))
         progress.begin(k, [pos for _, pos in taken])
-        counters.add(ready_rows=-len(rows))
         try:
             for j, row in enumerate(rows, 1):
                 progress.cursor = j
                 yield row
         finally:
-            handed = progress.cursor
-            progress.end()
-            counters.add(consumed_rows=handed, rows_delivered=handed)
+            # The chunk's rows count as ready until handed out; statistics() adds the cursor live.
+            progress.end(counters)
 
 
 def run(

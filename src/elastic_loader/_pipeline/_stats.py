@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from multiprocessing.sharedctypes import RawArray
 from typing import Any
 
+import numpy as np
+
 MAX_WORKERS = 256
 _CUMULATIVE = ("bytes_loaded", "fetch_ns", "transform_ns", "rows_skipped", "rows_delivered")
 _GAUGES = ("consumed_rows", "raw_rows", "ready_rows", "unscanned_rows")
@@ -129,12 +131,10 @@ class Counters:
             totals = dict(self._values)
             shared, own = self._shared, self._slot
         if shared is not None:
-            for slot in range(MAX_WORKERS):
-                if slot == own:
-                    continue
-                base = _HEADER + slot * _WIDTH
-                for i, name in enumerate(_FIELDS):
-                    totals[name] += shared[base + i]
+            slots = np.frombuffer(shared, dtype=np.int64)[_HEADER:].reshape(MAX_WORKERS, _WIDTH)
+            sums = slots.sum(axis=0) - (slots[own] if own is not None else 0)
+            for i, name in enumerate(_FIELDS):
+                totals[name] += int(sums[i])
         return Statistics(
             bytes_loaded=totals["bytes_loaded"],
             fetch_time=totals["fetch_ns"] / 1e9,

@@ -99,8 +99,9 @@ class StreamingDataset(IterableDataset[Any]):
             ``handler(exception) -> bool`` (true: drop the row). A failing batch
             is re-run row by row so only failing rows are affected; a row that
             must raise does so exactly when its cycle is needed.
-        transform_queue_depth: extra cap, in read batches per owned split, on
-            rows transformed ahead of the consumer.
+        transform_queue_depth: extra cap on rows read and transformed ahead of
+            the consumer: below about ``2 * transform_queue_depth *
+            read_batch_size`` rows per owned split.
         connection_factory: ``callable(table_name) -> table`` used by worker
             processes to reopen the table (no connection details are pickled).
         worker_info_override: object with ``.id`` and ``.num_workers`` that
@@ -408,11 +409,16 @@ class StreamingDataset(IterableDataset[Any]):
 
     def statistics(self) -> Statistics:
         """A snapshot of the pipeline counters, summed over this process and its workers."""
-        stats = self._counters.snapshot()
         live = self._live
-        if live is not None and live.row_progress is not None:
-            return replace(stats, consumed_rows=live.row_progress.consumed() - live.start_total)
-        return stats
+        if live is None:
+            return self._counters.snapshot()
+        stats, handed = live.statistics()
+        return replace(
+            stats,
+            consumed_rows=stats.consumed_rows + handed,
+            rows_delivered=stats.rows_delivered + handed,
+            prefetch_queue_depth=stats.prefetch_queue_depth - handed,
+        )
 
     @property
     def bytes_loaded(self) -> int:
@@ -662,7 +668,6 @@ class _Live:
         self.owned = owned
         self.row_progress: _rows.RowProgress | None = None
         self.pack_progress: _packing.PackProgress | None = None
-        self.start_total = 0
         self.pipeline: _fetch.Pipeline | None = None
 
     def items(self) -> Iterator[Any]:
@@ -675,7 +680,6 @@ class _Live:
             samples = [progress.samples[s] for s in self.owned]
             positions = [progress.positions[s] for s in self.owned]
             self.row_progress = _rows.RowProgress(samples, positions)
-            self.start_total = sum(samples)
             feed = _rows.RowFeed(len(self.owned))
             stage = _rows.make_row_stage(ds._transform, ds._on_transform_error, ds._read_batch_size, counters)
             holder: list[_fetch.Pipeline] = []
@@ -722,7 +726,7 @@ class _Live:
         for s in self.owned:
             tokens, starts = progress.buffers.get(s, ([], []))
             streams.append(_packing.SplitStream(tokens, starts, progress.consumed[s], progress.emitted[s]))
-        feed = _packing.PackFeed(streams, eos)
+        feed = _packing.PackFeed(streams, eos, ds._counters)
         self.pack_progress = _packing.PackProgress(streams)
         counters = ds._counters
         stage = _packing.make_doc_stage(ds._on_transform_error, counters)
@@ -769,6 +773,20 @@ class _Live:
             budget=ds._blocks_per_epoch // ds._num_splits,
             counters=counters,
         )
+
+    def statistics(self) -> tuple[Statistics, int]:
+        """The counters, and the items of the current chunk handed out but not yet counted.
+
+        Read together under the chunk's lock, so a chunk ending meanwhile is never half seen.
+        """
+        counters = self.dataset._counters
+        if self.row_progress is not None:
+            with self.row_progress.locked():
+                return counters.snapshot(), self.row_progress.cursor
+        if self.pack_progress is not None:
+            with self.pack_progress.locked():
+                return counters.snapshot(), self.pack_progress.docs_pulled()
+        return counters.snapshot(), 0
 
     def progress_now(self) -> ckpt.Progress:
         """The dataset's progress with the owned splits' live values."""

@@ -68,6 +68,9 @@ class _Adapter(IterableDataset[Any]):
     def __iter__(self) -> Iterator[Any]:
         return self.dataset._iterate(transport=True)
 
+    def __len__(self) -> int:
+        return len(self.dataset)
+
     def __getattr__(self, name: str) -> Any:
         dataset = self.__dict__.get("dataset")
         if dataset is None:
@@ -110,9 +113,16 @@ class _CommitIterator:
     """Wraps torch's iterator; commits each batch's checkpoint when the batch is returned."""
 
     def __init__(
-        self, inner: Any, dataset: StreamingDataset, token: int, require_uniform: bool, sync: Any = None
+        self,
+        inner: Any,
+        dataset: StreamingDataset,
+        token: int,
+        require_uniform: bool,
+        sync: Any = None,
+        length: Callable[[], int] | None = None,
     ) -> None:
         self._inner = inner
+        self._length = length
         self._dataset = dataset
         self._token: int | None = token
         self._require_uniform = require_uniform
@@ -123,7 +133,9 @@ class _CommitIterator:
         return self
 
     def __len__(self) -> int:
-        return len(self._inner)
+        if self._length is None:
+            raise TypeError("this StreamingDataLoader iterator has no length")
+        return self._length()
 
     def __next__(self) -> Any:
         if self._done:
@@ -276,4 +288,6 @@ class StreamingDataLoader(DataLoader[Any]):
         except BaseException:
             dataset._release(token)
             raise
-        return _CommitIterator(inner, dataset, token, require_uniform=workers > 1 or packed, sync=self._sync)
+        return _CommitIterator(
+            inner, dataset, token, require_uniform=workers > 1 or packed, sync=self._sync, length=self.__len__
+        )

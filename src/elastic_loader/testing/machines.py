@@ -36,23 +36,25 @@ arguments are plain values or frozen dataclasses whose repr is valid Python.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import json
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import ClassVar, Literal, TypeVar
 
 from hypothesis import Phase, note, settings
 from hypothesis import strategies as st
 from hypothesis.errors import FlakyFailure
+from hypothesis.internal.conjecture import engine as _engine
+from hypothesis.reporting import with_reporter
 from hypothesis.stateful import (
     Bundle,
     RuleBasedStateMachine,
     initialize,
     invariant,
-    multiple,
     precondition,
     rule,
     run_state_machine_as_test,
@@ -227,9 +229,15 @@ ROW_COUNTS = (8, 9, 12, 17, 24, 33, 48, 64, 95, 120)
 
 @st.composite
 def machine_configs(
-    draw: st.DrawFn, *, packing: bool | None = None, splits_multiple_of: int = 1, max_splits: int = 8
+    draw: st.DrawFn,
+    *,
+    packing: bool | None = None,
+    splits_multiple_of: int = 1,
+    max_splits: int = 8,
+    modes: Sequence[Literal["none", "skip", "raise", "warn"]] = ("none", "skip", "raise", "warn"),
 ) -> MachineConfig:
-    """Draw a valid :class:`MachineConfig` (``packing=None`` draws the mode too)."""
+    """Draw a valid :class:`MachineConfig` (``packing=None`` draws the mode too; ``modes`` are
+    the ``FaultPlan`` modes to draw from)."""
     rows = draw(st.sampled_from(ROW_COUNTS))
     fragments = draw(st.integers(1, 3))
     flt = draw(st.sampled_from(list(FILTERS)))
@@ -237,8 +245,7 @@ def machine_configs(
     choices = [s for s in range(1, max_splits + 1) if s <= available and s % splits_multiple_of == 0]
     num_splits = choices[draw(st.integers(0, len(choices) - 1))]
     packed = draw(st.booleans()) if packing is None else packing
-    modes: tuple[Literal["none", "skip", "raise", "warn"], ...] = ("none", "skip", "raise", "warn")
-    mode = draw(st.sampled_from(modes))
+    mode = draw(st.sampled_from(list(modes)))
     ids: frozenset[int] = frozenset()
     if mode != "none":
         ids = draw(st.frozensets(st.integers(0, rows - 1), min_size=1, max_size=max(1, rows // 4)))
@@ -293,6 +300,8 @@ class LoaderPlan:
     batch_size: int = 1
     batches: int = 1
     aligned: bool = True
+    world_size: int = 0
+    """Run on this many ranks (fitted like :meth:`SessionPlan.fit`); 0 keeps the session's."""
 
 
 def loader_plans() -> st.SearchStrategy[LoaderPlan]:
@@ -303,6 +312,7 @@ def loader_plans() -> st.SearchStrategy[LoaderPlan]:
         batch_size=st.integers(1, 6),
         batches=st.integers(1, 4),
         aligned=st.booleans(),
+        world_size=st.integers(0, 4),
     )
 
 
@@ -447,6 +457,23 @@ class Recorded:
         return f"<checkpoint {self.label}>"
 
 
+@dataclass(frozen=True, eq=False)
+class Missing:
+    """What a checkpointing rule adds when there is no checkpoint; rules drawing it do nothing.
+
+    Adding something every time keeps the bundle's contents, and with them
+    Hypothesis's choices, independent of how the implementation behaved.
+    """
+
+    label: str
+
+    def __repr__(self) -> str:
+        return f"<no checkpoint: {self.label}>"
+
+
+Entry = Recorded | Missing
+
+
 @dataclass
 class Slot:
     """One (rank, worker) iterator of a session."""
@@ -506,11 +533,18 @@ def _int_list(value: object) -> tuple[int, ...]:
     return tuple(v for v in out if isinstance(v, int))
 
 
-class StreamingMachine(RuleBasedStateMachine):
+CHECKPOINTS: Bundle[Entry] = Bundle("checkpoints")
+"""Every checkpoint taken, merged or committed; rules draw old ones again."""
+
+
+class DifferentialMachine(RuleBasedStateMachine):
     """Drive an implementation and the spec side by side; compare after every step.
 
-    Bind it to an implementation and a table directory with :meth:`bind` (or
-    :func:`check_invariants`); the unbound class cannot run.
+    This base class holds the comparison machinery, the invariants and the
+    ``StreamingDataLoader`` rules; :class:`StreamingMachine` adds the rules that
+    iterate slots, checkpoint, merge, resume and change epochs. Bind a machine
+    to an implementation and a table directory with :meth:`bind` (or
+    :func:`check_invariants`); an unbound class cannot run.
     """
 
     implementation: ClassVar[Implementation]
@@ -523,8 +557,6 @@ class StreamingMachine(RuleBasedStateMachine):
     """``num_workers`` of the ``StreamingDataLoader`` rules (0: in-process)."""
     extra_epochs: ClassVar[int] = 2
     """How many times ``new_epoch`` may run in one example."""
-
-    checkpoints = Bundle("checkpoints")
 
     def __init__(self) -> None:
         super().__init__()
@@ -544,7 +576,7 @@ class StreamingMachine(RuleBasedStateMachine):
         *,
         enforced: frozenset[str] | None = None,
         observed: dict[str, str] | None = None,
-    ) -> type[StreamingMachine]:
+    ) -> type[DifferentialMachine]:
         """A subclass of this machine that drives ``implementation`` over tables in ``tables``."""
         attrs: dict[str, object] = {
             "implementation": implementation,
@@ -696,105 +728,18 @@ class StreamingMachine(RuleBasedStateMachine):
         note(f"config {config!r}; session {fitted!r}; permutation {self.model.perm!r}")
         self.session = self._fresh_session(fitted, "start")
 
-    @rule(slot=st.integers(0, 63), count=st.integers(1, 24))
-    def consume(self, slot: int, count: int) -> None:
-        """Take up to ``count`` items from one slot's iterator (ranks need not stay in step)."""
-        session = self.session
-        assert session is not None
-        target = session.slots[slot % len(session.slots)]
-        before = len(target.delivered)
-        self._advance(session, target, count)
-        note(
-            f"{target.label} owns {target.owned}: items {before}..{len(target.delivered)} "
-            f"{target.delivered[before:]!r}, finished={target.finished}"
-        )
-
-    @rule(target=checkpoints, slot=st.integers(0, 63))
-    def take_checkpoint(self, slot: int) -> Recorded | object:
-        """``state_dict()`` of one slot; kept in the bundle when the spec allows it."""
-        session = self.session
-        assert session is not None
-        chosen = session.slots[slot % len(session.slots)]
-        recorded = self._snapshot(session, chosen)
-        note(f"checkpoint of {chosen.label}: {None if recorded is None else dict(recorded.state)!r}")
-        return multiple() if recorded is None else recorded
-
-    @rule(target=checkpoints)
-    def merge_latest(self) -> Recorded | object:
-        """Merge the latest checkpoint of every slot (taking one now where a slot has none)."""
-        session = self.session
-        assert session is not None
-        recorded = self._merge(session)
-        note(f"merged: {None if recorded is None else dict(recorded.state)!r}")
-        return multiple() if recorded is None else recorded
-
-    @rule(checkpoint=checkpoints, plan=session_plans(), via_json=st.booleans())
-    def resume(self, checkpoint: Recorded, plan: SessionPlan, via_json: bool) -> None:
-        """Load a checkpoint into fresh datasets on another topology and continue from there."""
-        fitted = self._fit(plan)
-        self._close_session()
-        self.session = self._resumed_session(fitted, checkpoint, via_json)
-        note(f"resumed {checkpoint!r} on {fitted!r} (json={via_json}); start {self.session.origin}")
-
-    @rule(slot=st.integers(0, 63))
-    def drain(self, slot: int) -> None:
-        """Run one slot's iterator to its end."""
-        self.consume(slot, 100_000)
-
-    @rule(target=checkpoints, plan=loader_plans())
-    def loader_from_start(self, plan: LoaderPlan) -> Recorded | object:
+    @rule(target=CHECKPOINTS, plan=loader_plans())
+    def loader_from_start(self, plan: LoaderPlan) -> Entry:
         """Run a ``StreamingDataLoader`` from the start of the epoch; checkpoint its committed state."""
-        recorded = self._loader(None, plan, False)
-        return multiple() if recorded is None else recorded
+        return self._loader(None, plan, False) or Missing("loader")
 
-    @rule(target=checkpoints, checkpoint=checkpoints, plan=loader_plans(), via_json=st.booleans())
-    def loader_from_checkpoint(
-        self, checkpoint: Recorded, plan: LoaderPlan, via_json: bool
-    ) -> Recorded | object:
+    @rule(target=CHECKPOINTS, checkpoint=CHECKPOINTS, plan=loader_plans(), via_json=st.booleans())
+    def loader_from_checkpoint(self, checkpoint: Entry, plan: LoaderPlan, via_json: bool) -> Entry:
         """Run a ``StreamingDataLoader`` from a checkpoint; checkpoint its committed state."""
-        recorded = self._loader(checkpoint, plan, via_json)
-        return multiple() if recorded is None else recorded
-
-    def _may_start_epoch(self) -> bool:
-        return (
-            self.cfg is not None
-            and self.model is not None
-            and self.model.number < self.cfg.epoch + self.extra_epochs
-        )
-
-    @precondition(_may_start_epoch)
-    @rule(plan=session_plans(), use_set_epoch=st.booleans())
-    def new_epoch(self, plan: SessionPlan, use_set_epoch: bool) -> None:
-        """Start the next epoch: ``set_epoch`` on the datasets when possible, else fresh datasets."""
-        assert self.cfg is not None and self.model is not None and self.session is not None
-        old = self.session
-        fitted = self._fit(plan)
-        self._close_session()
-        self.model = _epoch_model(self.cfg, self.tables, self.model.number + 1)
-        moved = False
-        if use_set_epoch and all(slot.dataset is not None for slot in old.slots):
-            fitted = old.plan
-            try:
-                moved = all(
-                    self.implementation.set_epoch(slot.dataset, self.model.number)
-                    for slot in old.slots
-                    if slot.dataset is not None
-                )
-            except Exception as error:
-                self._fail("CanonicalOrderProp", f"set_epoch({self.model.number}) raised {_describe(error)}")
-        if moved:
-            model = self.model
-            slots = [
-                self._slot(fitted, s.rank, s.worker, s.dataset, model.initial(), model.initial(), False)
-                for s in old.slots
-            ]
-            self.session = Session(fitted, model, slots, model.empty_history(), "set_epoch")
-        else:
-            self.session = self._fresh_session(fitted, "new epoch")
-        note(
-            f"epoch {self.model.number} via {self.session.origin} on {fitted!r}; "
-            f"permutation {self.model.perm!r}"
-        )
+        if isinstance(checkpoint, Missing):
+            note(f"{checkpoint!r}: nothing to load")
+            return Missing("loader")
+        return self._loader(checkpoint, plan, via_json) or Missing("loader")
 
     def teardown(self) -> None:
         """Close every live iterator (the pipelines own threads)."""
@@ -1241,6 +1186,8 @@ class StreamingMachine(RuleBasedStateMachine):
         model, session = self.model, self.session
         assert model is not None and session is not None
         plan = session.plan
+        if loader_plan.world_size:
+            plan = self._fit(replace(plan, world_size=loader_plan.world_size))
         rank = loader_plan.rank % plan.world_size
         nw = self.loader_workers
         batch_size, batches = loader_plan.batch_size, loader_plan.batches
@@ -1291,6 +1238,14 @@ class StreamingMachine(RuleBasedStateMachine):
             iterator = None
         items = [item for batch in received for item in batch]
         n = len(received)
+        if record is not None and not isinstance(true_run, SpecError):
+            truly = [item for d in true_run.deliveries for item in d.items]
+            if items != truly[: len(items)]:
+                self._fail(
+                    "ResumeEquivalenceProp",
+                    f"{where} from {record!r}: received {items}, the uninterrupted run continues with "
+                    f"{truly[: len(items)]}",
+                )
         self._check_loader_history(history, items, where)
         gate = CheckpointGate()
         if n:
@@ -1343,6 +1298,7 @@ class StreamingMachine(RuleBasedStateMachine):
         model = self.model
         assert model is not None
         packed = model.packing is not None
+        order = "PackingBudgetProp" if packed else "CanonicalOrderProp"
         flat = [item for d in expected.deliveries for item in d.items]
         offset = 0
         for j in range(batches):
@@ -1351,7 +1307,7 @@ class StreamingMachine(RuleBasedStateMachine):
             except StopIteration:
                 if j < len(expected.deliveries) or expected.error is not None:
                     self._fail(
-                        "RaisePositionProp" if expected.error is not None else "CanonicalOrderProp",
+                        "RaisePositionProp" if expected.error is not None else order,
                         f"{where}: stopped after {j} batches; spec delivers {len(expected.deliveries)} "
                         f"then {expected.error}",
                     )
@@ -1360,7 +1316,7 @@ class StreamingMachine(RuleBasedStateMachine):
                 fault = isinstance(error, InjectedFault) or (packed and isinstance(error, ValueError))
                 if not (fault and expected.error is not None and j == len(expected.deliveries)):
                     self._fail(
-                        "RaisePositionProp" if fault else "CanonicalOrderProp",
+                        "RaisePositionProp" if fault else order,
                         f"{where}: batch {j} raised {_describe(error)}; spec delivers "
                         f"{len(expected.deliveries)} batches then {expected.error}",
                     )
@@ -1372,7 +1328,7 @@ class StreamingMachine(RuleBasedStateMachine):
                 )
                 return True
             if j >= len(expected.deliveries):
-                self._fail("CanonicalOrderProp", f"{where}: batch {j} {items} after the spec's last batch")
+                self._fail(order, f"{where}: batch {j} {items} after the spec's last batch")
                 return True
             want = list(expected.deliveries[j].items)
             if items != want:
@@ -1565,6 +1521,100 @@ class StreamingMachine(RuleBasedStateMachine):
         self._report("RaisePositionProp")
 
 
+class StreamingMachine(DifferentialMachine):
+    """The full machine: slots iterated independently, checkpoints, merges and resumes on any topology,
+    ``StreamingDataLoader`` runs and new epochs."""
+
+    @rule(slot=st.integers(0, 63), count=st.integers(1, 24))
+    def consume(self, slot: int, count: int) -> None:
+        """Take up to ``count`` items from one slot's iterator (ranks need not stay in step)."""
+        session = self.session
+        assert session is not None
+        target = session.slots[slot % len(session.slots)]
+        before = len(target.delivered)
+        self._advance(session, target, count)
+        note(
+            f"{target.label} owns {target.owned}: items {before}..{len(target.delivered)} "
+            f"{target.delivered[before:]!r}, finished={target.finished}"
+        )
+
+    @rule(target=CHECKPOINTS, slot=st.integers(0, 63))
+    def take_checkpoint(self, slot: int) -> Entry:
+        """``state_dict()`` of one slot (when the spec allows it)."""
+        session = self.session
+        assert session is not None
+        chosen = session.slots[slot % len(session.slots)]
+        recorded = self._snapshot(session, chosen)
+        note(f"checkpoint of {chosen.label}: {None if recorded is None else recorded.state!r}")
+        return recorded or Missing(chosen.label)
+
+    @rule(target=CHECKPOINTS)
+    def merge_latest(self) -> Entry:
+        """Merge the latest checkpoint of every slot (taking one now where a slot has none)."""
+        session = self.session
+        assert session is not None
+        recorded = self._merge(session)
+        note(f"merged: {None if recorded is None else recorded.state!r}")
+        return recorded or Missing("merge")
+
+    @rule(checkpoint=CHECKPOINTS, plan=session_plans(), via_json=st.booleans())
+    def resume(self, checkpoint: Entry, plan: SessionPlan, via_json: bool) -> None:
+        """Load a checkpoint into fresh datasets on another topology and continue from there."""
+        if isinstance(checkpoint, Missing):
+            note(f"{checkpoint!r}: nothing to resume")
+            return
+        fitted = self._fit(plan)
+        self._close_session()
+        self.session = self._resumed_session(fitted, checkpoint, via_json)
+        note(f"resumed {checkpoint!r} on {fitted!r} (json={via_json}); start {self.session.origin}")
+
+    @rule(slot=st.integers(0, 63))
+    def drain(self, slot: int) -> None:
+        """Run one slot's iterator to its end."""
+        self.consume(slot, 100_000)
+
+    def _may_start_epoch(self) -> bool:
+        return (
+            self.cfg is not None
+            and self.model is not None
+            and self.model.number < self.cfg.epoch + self.extra_epochs
+        )
+
+    @precondition(_may_start_epoch)
+    @rule(plan=session_plans(), use_set_epoch=st.booleans())
+    def new_epoch(self, plan: SessionPlan, use_set_epoch: bool) -> None:
+        """Start the next epoch: ``set_epoch`` on the datasets when possible, else fresh datasets."""
+        assert self.cfg is not None and self.model is not None and self.session is not None
+        old = self.session
+        fitted = self._fit(plan)
+        self._close_session()
+        self.model = _epoch_model(self.cfg, self.tables, self.model.number + 1)
+        moved = False
+        if use_set_epoch and all(slot.dataset is not None for slot in old.slots):
+            fitted = old.plan
+            try:
+                moved = all(
+                    self.implementation.set_epoch(slot.dataset, self.model.number)
+                    for slot in old.slots
+                    if slot.dataset is not None
+                )
+            except Exception as error:
+                self._fail("CanonicalOrderProp", f"set_epoch({self.model.number}) raised {_describe(error)}")
+        if moved:
+            model = self.model
+            slots = [
+                self._slot(fitted, s.rank, s.worker, s.dataset, model.initial(), model.initial(), False)
+                for s in old.slots
+            ]
+            self.session = Session(fitted, model, slots, model.empty_history(), "set_epoch")
+        else:
+            self.session = self._fresh_session(fitted, "new epoch")
+        note(
+            f"epoch {self.model.number} via {self.session.origin} on {fitted!r}; "
+            f"permutation {self.model.perm!r}"
+        )
+
+
 def _packed_split(state: PackedState, split: int) -> tuple[int, int, tuple[int, ...], tuple[int, ...]]:
     buffer = state.buffer(split)
     return state.emitted[split], state.consumed[split], buffer.tokens, buffer.starts
@@ -1588,18 +1638,40 @@ class PackedMachine(StreamingMachine):
         self._setup(config, plan)
 
 
-class ProcessMachine(StreamingMachine):
-    """Row mode; the ``StreamingDataLoader`` rules run two real worker processes (spawn)."""
+class ProcessMachine(DifferentialMachine):
+    """``StreamingDataLoader`` runs only, each with two real worker processes (spawn); row mode.
+
+    Every rule starts worker processes, so keep examples few. Checkpoints come
+    only from committed loader state (workers report exact lower bounds), and
+    transforms skip but never raise, so a conforming run has nothing to forgive.
+    """
 
     loader_workers = 2
 
-    @initialize(config=machine_configs(packing=False, splits_multiple_of=2), plan=session_plans())
+    @initialize(
+        config=machine_configs(packing=False, splits_multiple_of=2, modes=("none", "skip", "warn")),
+        plan=session_plans(),
+    )
     def setup(self, config: MachineConfig, plan: SessionPlan) -> None:
         """Build the table and the spec's view of the first epoch; start a fresh session."""
         self._setup(config, plan)
 
 
 # ---------------------------------------------------------------- running
+
+
+@contextlib.contextmanager
+def _shrink_limit(seconds: int | None) -> Iterator[None]:
+    """Bound Hypothesis's shrinking time (an engine constant, not a public setting)."""
+    if seconds is None or not hasattr(_engine, "MAX_SHRINKING_SECONDS"):
+        yield
+        return
+    saved = _engine.MAX_SHRINKING_SECONDS
+    _engine.MAX_SHRINKING_SECONDS = seconds
+    try:
+        yield
+    finally:
+        _engine.MAX_SHRINKING_SECONDS = saved
 
 
 _INVARIANT_CALL = re.compile(r"state\.[A-Z][A-Za-z]*(Inv|Prop)\(\)")
@@ -1618,20 +1690,37 @@ def _violation(error: BaseException) -> inv.InvariantViolation | None:
 
 
 def check_invariants(
-    machine: type[StreamingMachine],
+    machine: type[DifferentialMachine],
     implementation: Implementation,
     tables: TableCache,
     *,
     settings_: settings | None = None,
-    shrink: bool = True,
+    shrink: bool | Collection[str] = True,
+    shrink_seconds: int | None = None,
 ) -> dict[str, str | None]:
     """Run ``machine`` against ``implementation``; report every checked invariant.
 
-    A first run records, without stopping, the first violation of every name.
-    With ``shrink``, each violated name is then searched again with only that
-    name enforced, so Hypothesis shrinks it to a minimal program, which is
-    appended to the text. Returns ``{name: None}`` for every name that held and
-    ``{name: text}`` for every violation.
+    A first run (generation only) records, without stopping, the first
+    violation of every name. Then each violated name selected by ``shrink``
+    (``True``: all of them) is searched again with only that name enforced, so
+    Hypothesis shrinks it to a minimal program, which is appended to the text.
+
+    Args:
+        machine: :class:`RowMachine`, :class:`PackedMachine`, :class:`ProcessMachine`
+            or another subclass of :class:`DifferentialMachine`.
+        implementation: the implementation under test (see :mod:`.adapters`).
+        tables: where the test tables live (reused across examples).
+        settings_: Hypothesis settings (``max_examples``, ``stateful_step_count``,
+            ``derandomize``...); the default profile when omitted.
+        shrink: which violations to shrink.
+        shrink_seconds: stop shrinking each violation after this long and report the
+            smallest program found so far (Hypothesis's own limit is five minutes;
+            every replay runs the implementation for real, so shrinking is the
+            expensive part of a run).
+
+    Returns:
+        ``{name: None}`` for every name in :data:`CHECKED` that held and
+        ``{name: text}`` for every violation.
     """
     base = settings_ if settings_ is not None else settings()
     observed: dict[str, str] = {}
@@ -1640,22 +1729,30 @@ def check_invariants(
         explore, settings=settings(base, phases=(Phase.explicit, Phase.generate), database=None)
     )
     results: dict[str, str | None] = {name: observed.get(name) for name in CHECKED}
-    if not shrink:
-        return results
-    for name in sorted(observed):
+    selected = set(observed) if shrink is True else set(observed) & set(shrink or ())
+    for name in sorted(selected):
         bound = machine.bind(implementation, tables, enforced=frozenset({name}))
+        reported: list[object] = []
         try:
-            run_state_machine_as_test(
-                bound, settings=settings(base, database=None, report_multiple_bugs=False)
-            )
+            with _shrink_limit(shrink_seconds), with_reporter(reported.append):
+                run_state_machine_as_test(
+                    bound, settings=settings(base, database=None, report_multiple_bugs=False)
+                )
         except Exception as error:
             found = _violation(error)
             if found is None:
                 raise
             notes = getattr(found, "__notes__", []) or getattr(error, "__notes__", [])
-            program = "\n".join(line for line in notes if not _INVARIANT_CALL.fullmatch(line))
-            flaky = " (flaky: did not fail on every replay)" if isinstance(error, FlakyFailure) else ""
-            results[name] = f"{found.detail}{flaky}\n{program}"
+            program: list[str] = []
+            for line in notes:
+                if line.startswith("Explanation:"):
+                    break
+                if not _INVARIANT_CALL.fullmatch(line):
+                    program.append(line)
+            remarks = " (flaky: did not fail on every replay)" if isinstance(error, FlakyFailure) else ""
+            if any("shrink" in str(line) for line in reported):
+                remarks += " (shrinking stopped at its time limit; the program may not be minimal)"
+            results[name] = f"{found.detail}{remarks}\n" + "\n".join(program)
         else:
             results[name] = f"{observed[name]}\n(not reproduced when searching again; not shrunk)"
     return results

@@ -1,0 +1,159 @@
+"""Differential tests: the conformance state machines against ``lancedb.streaming`` and elastic-loader.
+
+The machines (``elastic_loader.testing.machines``) drive an implementation and
+the executable spec side by side and report, per named invariant, whether the
+implementation kept it. The reference is known to break some invariants on
+purpose or by accident (``BEHAVIOR.md`` section 11, the B-ids; the D-ids are our
+recorded deviations): :data:`KNOWN_REFERENCE_VIOLATIONS` pins them per machine,
+so the test fails both when the reference breaks a new invariant and when it
+stops breaking a pinned one. Our pipeline is held to no violations at all.
+
+Runs are derandomized so the pinned sets are reproducible; the example counts
+scale with the Hypothesis profile (``ci`` by default, ``deep`` for ``make deep``).
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Iterator, Mapping
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+import elastic_loader
+from elastic_loader.testing.adapters import implementation_from_module
+from elastic_loader.testing.machines import (
+    CHECKED,
+    DifferentialMachine,
+    PackedMachine,
+    ProcessMachine,
+    RowMachine,
+    check_invariants,
+)
+from elastic_loader.testing.tables import TableCache
+
+REFERENCE = "lancedb.streaming"
+
+B1 = "B1/D1: in-process snapshots report the iterator's own minimum for splits it does not own"
+KNOWN_REFERENCE_VIOLATIONS: dict[type[DifferentialMachine], dict[str, str]] = {
+    RowMachine: {
+        "HonestProgressInv": B1,
+        "SkipAccountingInv": B1 + " (as positions = samples, ignoring skipped rows)",
+        "MergeExactProp": B1 + ", so merging overstates the lagging ranks",
+        "ConsumerCommitProp": B1 + " (StreamingDataLoader with num_workers=0 commits them)",
+        "ResumeEquivalenceProp": B1 + ", so resuming a merged checkpoint skips rows",
+        "ExactlyOnceProp": B1 + ", so rows of lagging splits are never delivered",
+        "ElasticDeterminismProp": B1 + ", so later global steps miss rows",
+        "CheckpointRoundTripInv": "B2/D2: row-mode load_state_dict accepts a checkpoint of another epoch",
+        "RaisePositionProp": "B9/D7: a raising row fails its whole read batch and surfaces early",
+    },
+    PackedMachine: {
+        "CheckpointRoundTripInv": "D9: pack_buffers keeps empty buffers (not the canonical form)",
+        "RaisePositionProp": "B9/D7: a null token list fails its whole read batch and surfaces early",
+    },
+    ProcessMachine: {},
+}
+
+PIPELINE_MISSING = not hasattr(elastic_loader, "StreamingDataset")
+
+
+def _settings(examples: int, steps: int) -> settings:
+    """Derandomized settings; ``examples`` grows with the profile (``deep``: about eight times as many)."""
+    scaled = max(examples, examples * settings.default.max_examples // 600)
+    return settings(
+        max_examples=scaled,
+        stateful_step_count=steps,
+        derandomize=True,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+
+
+FAST = _settings(60, 25)
+PROCESSES = _settings(2, 3)
+
+
+@pytest.fixture(scope="module")
+def tables(tmp_path_factory: pytest.TempPathFactory) -> TableCache:
+    return TableCache(tmp_path_factory.mktemp("lance-tables"))
+
+
+@pytest.fixture(autouse=True)
+def _quiet() -> Iterator[None]:
+    """The reference logs a warning per skipped batch ("warn") and warns about "auto"."""
+    logging.disable(logging.WARNING)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+    logging.disable(logging.NOTSET)
+
+
+def _check_pinned(results: Mapping[str, str | None], pinned: Mapping[str, str]) -> None:
+    assert set(results) == set(CHECKED)
+    violated = {name for name, text in results.items() if text}
+    unexpected = {name: results[name] for name in sorted(violated - set(pinned))}
+    vanished = sorted(set(pinned) - violated)
+    lines = [f"new violation of {name}:\n{text}" for name, text in unexpected.items()]
+    lines += [f"{name} no longer violated (pinned: {pinned[name]})" for name in vanished]
+    assert not lines, "\n\n".join(lines)
+
+
+@pytest.mark.parametrize("machine", [RowMachine, PackedMachine], ids=lambda m: m.__name__)
+def test_reference_violates_exactly_the_known_invariants(
+    machine: type[DifferentialMachine], tables: TableCache
+) -> None:
+    results = check_invariants(
+        machine, implementation_from_module(REFERENCE), tables, settings_=FAST, shrink=False
+    )
+    _check_pinned(results, KNOWN_REFERENCE_VIOLATIONS[machine])
+
+
+def test_a_violation_shrinks_to_a_replayable_program(tables: TableCache) -> None:
+    """B1 shrinks to a short program: two ranks, one consumes, one checkpoint."""
+    results = check_invariants(
+        RowMachine,
+        implementation_from_module(REFERENCE),
+        tables,
+        settings_=_settings(20, 10),
+        shrink=["HonestProgressInv"],
+        shrink_seconds=10,
+    )
+    text = results["HonestProgressInv"]
+    assert text is not None
+    program = [line for line in text.splitlines() if line.startswith(("state.", "checkpoints_"))]
+    assert program[0].startswith("state.setup(")
+    assert any("take_checkpoint" in line or "merge_latest" in line or "loader_" in line for line in program)
+    assert len(program) <= 6, text
+
+
+@pytest.mark.slow
+def test_reference_with_real_worker_processes(tables: TableCache) -> None:
+    """``StreamingDataLoader(num_workers=2, multiprocessing_context="spawn")``; fork crashes the reference."""
+    results = check_invariants(
+        ProcessMachine, implementation_from_module(REFERENCE), tables, settings_=PROCESSES, shrink=False
+    )
+    _check_pinned(results, KNOWN_REFERENCE_VIOLATIONS[ProcessMachine])
+
+
+@pytest.mark.skipif(PIPELINE_MISSING, reason="elastic_loader.StreamingDataset is not implemented yet")
+@pytest.mark.parametrize("machine", [RowMachine, PackedMachine], ids=lambda m: m.__name__)
+def test_pipeline_keeps_every_invariant(machine: type[DifferentialMachine], tables: TableCache) -> None:
+    results = check_invariants(
+        machine, implementation_from_module("elastic_loader"), tables, settings_=FAST, shrink=False
+    )
+    _check_pinned(results, {})
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(PIPELINE_MISSING, reason="elastic_loader.StreamingDataset is not implemented yet")
+def test_pipeline_with_real_worker_processes(tables: TableCache) -> None:
+    results = check_invariants(
+        ProcessMachine,
+        implementation_from_module("elastic_loader"),
+        tables,
+        settings_=PROCESSES,
+        shrink=False,
+    )
+    _check_pinned(results, {})

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
@@ -32,7 +31,6 @@ from elastic_loader.spec.invariants import (
     ConsumerCommitProp,
     ElasticDeterminismProp,
     ExactlyOnceProp,
-    InvariantViolation,
     ResumeEquivalenceProp,
 )
 from elastic_loader.testing.strategies import (
@@ -120,7 +118,7 @@ def test_ResumeEquivalenceProp_rows_prefix_comparable(data: st.DataObject) -> No
 
 
 def test_ResumeEquivalenceProp_catch_up_limit() -> None:
-    """Why checkpoints taken during the uninterrupted run's catch-up are outside the domain.
+    """Why the prefix claim only holds past the uninterrupted run's catch-up (the predicate knows).
 
     Ranks out of step leave split 0 one row ahead: samples [1, 0, 0, 0]. Split
     3's only row is skipped. One iterator over all four splits catches up split
@@ -135,10 +133,10 @@ def test_ResumeEquivalenceProp_catch_up_limit() -> None:
     uninterrupted = iterate_rows(perm, faults, (0, 1, 2, 3), start)
     assert [y.row_id for y in uninterrupted.rows] == [11, 12]
     assert iterate_rows(perm, faults, (2, 3), start).rows == ()
-    with pytest.raises(InvariantViolation, match="ResumeEquivalenceProp"):
-        ResumeEquivalenceProp(perm, faults, uninterrupted, 0, Topology(2, 1))
-    # The uninterrupted run itself stopped inside its catch-up (3 rows were due).
+    # The strong claim fails here (row 12 of split 2 is not resumed), the predicate does not
+    # make it: the checkpoint lies inside the uninterrupted run's catch-up (3 rows were due).
     assert len(uninterrupted.rows) < _catch_up_deficit(start) == 3
+    ResumeEquivalenceProp(perm, faults, uninterrupted, 0, Topology(2, 1))
 
 
 @given(st.data())

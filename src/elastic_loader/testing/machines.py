@@ -45,7 +45,8 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import ClassVar, Literal, TypeVar
 
-from hypothesis import Phase, note, settings
+from hypothesis import Phase, currently_in_test_context, settings
+from hypothesis import note as _hypothesis_note
 from hypothesis import strategies as st
 from hypothesis.errors import FlakyFailure
 from hypothesis.internal.conjecture import engine as _engine
@@ -410,6 +411,14 @@ def _epoch_model(cfg: MachineConfig, tables: TableCache, number: int) -> EpochMo
     return EpochModel(number, perm, faults, config, corpus, index, tuple(per_split), auto)
 
 
+def note(text: str) -> None:
+    """``hypothesis.note`` inside a test; outside one (a printed program replayed by hand) print."""
+    if currently_in_test_context():
+        _hypothesis_note(text)
+    else:
+        print(text)
+
+
 def _builtin(error: SpecError) -> type[Exception]:
     if isinstance(error, SpecRuntimeError):
         return RuntimeError
@@ -577,14 +586,20 @@ class DifferentialMachine(RuleBasedStateMachine):
         enforced: frozenset[str] | None = None,
         observed: dict[str, str] | None = None,
     ) -> type[DifferentialMachine]:
-        """A subclass of this machine that drives ``implementation`` over tables in ``tables``."""
+        """A subclass of this machine that drives ``implementation`` over tables in ``tables``.
+
+        The subclass keeps this class's name, so a printed failing program
+        (``state = RowMachine()`` ...) replays after ``RowMachine = RowMachine.bind(...)``.
+        """
         attrs: dict[str, object] = {
             "implementation": implementation,
             "tables": tables,
             "enforced": frozenset(CHECKED) if enforced is None else enforced,
             "observed": observed,
+            "__qualname__": cls.__qualname__,
+            "__doc__": f"{cls.__doc__}\n\nBound to {implementation.name}.",
         }
-        return type(f"{cls.__name__}[{implementation.name}]", (cls,), attrs)
+        return type(cls.__name__, (cls,), attrs)
 
     # ------------------------------------------------------------ recording
 
@@ -1756,3 +1771,27 @@ def check_invariants(
         else:
             results[name] = f"{observed[name]}\n(not reproduced when searching again; not shrunk)"
     return results
+
+
+__all__ = [
+    "CHECKED",
+    "CHECKPOINTS",
+    "DifferentialMachine",
+    "EpochModel",
+    "FaultPlan",
+    "LoaderPlan",
+    "MachineConfig",
+    "Missing",
+    "PackedMachine",
+    "PackingPlan",
+    "ProcessMachine",
+    "Recorded",
+    "RowMachine",
+    "SessionPlan",
+    "SimulatedWorker",
+    "StreamingMachine",
+    "check_invariants",
+    "loader_plans",
+    "machine_configs",
+    "session_plans",
+]

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dist_harness import TRIALS, Database, Job, make_database
+from dist_harness import ATOMIC_KILLS, TRIALS, Database, Job, make_database
 
 
 @pytest.fixture(scope="session")
@@ -25,7 +25,8 @@ def job(database: Database, tmp_path: Path) -> Job:
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    if not TRIALS:
+    """Print (and with ``ELASTIC_LOADER_SOAK_REPORT``, save) the totals of the kill/resume trials."""
+    if not TRIALS and not ATOMIC_KILLS:
         return
     kills = [launch for trial in TRIALS for launch in trial.launches if launch["killed"]]
     summary = {
@@ -34,17 +35,23 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         "kills": len(kills),
         "kills_whole_job": sum(1 for k in kills if k["killed"] == "job"),
         "kills_one_rank": sum(1 for k in kills if k["killed"] == "rank"),
-        "kills_before_first_step": sum(1 for k in kills if (k["kill_step"] or 0) <= k["checkpoint_step"]),
+        "kills_before_any_new_step": sum(1 for k in kills if (k["kill_step"] or 0) <= k["checkpoint_step"]),
         "samples_trained": sum(t.trained for t in TRIALS),
         "lost": sum(t.lost for t in TRIALS),
         "duplicated": sum(t.duplicated for t in TRIALS),
         "unexpected": sum(t.unexpected for t in TRIALS),
         "steps_redone_after_kills": sum(t.redone_steps for t in TRIALS),
+        "save_checkpoint_sigkills": sum(a["kills"] for a in ATOMIC_KILLS),
+        "save_checkpoint_sigkills_mid_write": sum(a["mid_write"] for a in ATOMIC_KILLS),
+        "save_checkpoint_torn": sum(a["torn"] for a in ATOMIC_KILLS),
     }
     terminalreporter.write_sep("-", "distributed kill/resume trials")
     terminalreporter.write_line(json.dumps(summary))
     report = os.environ.get("ELASTIC_LOADER_SOAK_REPORT")
     if report:
         Path(report).write_text(
-            json.dumps({"summary": summary, "trials": [asdict(t) for t in TRIALS]}, indent=1)
+            json.dumps(
+                {"summary": summary, "trials": [asdict(t) for t in TRIALS], "save_checkpoint": ATOMIC_KILLS},
+                indent=1,
+            )
         )

@@ -15,6 +15,7 @@ file, writes it there as JSON.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
@@ -27,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 from lancedb.permutation import permutation_builder
 
 from elastic_loader.distributed import load_checkpoint
@@ -105,11 +105,7 @@ def make_database(root: Path) -> Database:
     uri = str(root / "db")
     table = train.build_table(train.TableOpener(uri), "examples", ROWS, SEED)
     config = train.Config(db=uri, checkpoint_dir=root / "reference", rows=ROWS, workers=0, epochs=EPOCHS)
-    threads = torch.get_num_threads()
-    try:
-        summary = train.train(config)
-    finally:
-        torch.set_num_threads(threads)
+    summary = train.train(config)
     steps = demo.effective_steps(demo.read_attempts(root / "reference"))
     assert steps == reference_steps(table), "the single-process run differs from the spec's global steps"
     return Database(uri, table, steps, summary.weights)
@@ -298,6 +294,13 @@ class TrialRecord:
 
 
 TRIALS: list[TrialRecord] = []
+ATOMIC_KILLS: list[dict[str, int]] = []
+"""Summaries of the SIGKILL-during-save_checkpoint runs."""
+
+
+def redone_steps(attempts: Sequence[demo.Attempt]) -> int:
+    """Steps a launch logged beyond the checkpoint the next launch resumed from (trained twice, kept once)."""
+    return sum(max(a.steps, default=a.resumed_from) - b.resumed_from for a, b in itertools.pairwise(attempts))
 
 
 def record_trial(test: str, seed: int, job: Job, counts: demo.Accounting, redone: int) -> None:
@@ -313,3 +316,37 @@ def record_trial(test: str, seed: int, job: Job, counts: demo.Accounting, redone
             redone,
         )
     )
+
+
+# ------------------------------------------------------------------ a two-rank group in spawned processes
+
+
+def merge_on_two_ranks(rank: int, init_file: str, uri: str, out_dir: str) -> None:
+    """Rank ``rank`` of 2 (run by ``torch.multiprocessing.spawn``): merge states, then inject a failure.
+
+    Writes ``out_dir/rank-<rank>.json`` with the merged state of the good step
+    and the error both ranks must raise when rank 1 cannot checkpoint.
+    """
+    import lancedb
+    import torch.distributed as dist
+
+    from elastic_loader import StreamingDataset
+    from elastic_loader.distributed import merged_state_dict
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
+    table = lancedb.connect(uri).open_table("examples")
+    dataset = StreamingDataset(table, num_splits=NUM_SPLITS, shuffle_seed=SEED, rank=rank, world_size=2)
+    iterator = iter(dataset)
+    for _ in range(5 + rank):  # rank 0 takes 5 rows, rank 1 takes 6
+        next(iterator)
+    merged = merged_state_dict(dataset)
+    if rank == 1:
+        dataset._invalidate("a failure injected by the test")  # as after a failed batch
+    try:
+        merged_state_dict(dataset)
+        error = None
+    except RuntimeError as exc:
+        error = str(exc)
+    iterator.close()  # type: ignore[attr-defined]
+    dist.destroy_process_group()
+    Path(out_dir, f"rank-{rank}.json").write_text(json.dumps({"merged": merged, "error": error}))

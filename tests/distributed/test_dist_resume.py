@@ -8,7 +8,6 @@ duplicated samples, and the final model must equal the single-process model.
 
 from __future__ import annotations
 
-import itertools
 import random
 
 import numpy as np
@@ -22,6 +21,7 @@ from dist_harness import (
     epoch_samples,
     expected_loader_state,
     record_trial,
+    redone_steps,
     soak_trials,
 )
 
@@ -59,9 +59,7 @@ def check_history(job: Job, database: Database) -> tuple[demo.Accounting, int]:
     for report in reports:
         np.testing.assert_allclose(report["weights"], database.weights, rtol=0, atol=1e-9)
     check_checkpoint(job, database, TOTAL)
-    pairs = itertools.pairwise(attempts)
-    redone = sum(max(a.steps, default=a.resumed_from) - b.resumed_from for a, b in pairs)
-    return counts, redone
+    return counts, redone_steps(attempts)
 
 
 def test_clean_stops_resume_on_2_then_3_processes(job: Job, database: Database) -> None:

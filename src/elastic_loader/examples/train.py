@@ -265,8 +265,9 @@ def _dataset(config: Config, table: Any, opener: TableOpener, world: _World, epo
 
 def train(config: Config) -> Summary:
     """One launch of the training job in this process (one rank under ``torchrun``)."""
-    torch.set_num_threads(1)
     world = _World()
+    if world.distributed:
+        torch.set_num_threads(1)  # several ranks share the machine's cores
     opener = TableOpener(config.db)
     if world.rank == 0:
         build_table(opener, config.table, config.rows, config.seed)

@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
-from ._fetch import Pipeline, Stage, Unit
+from ._fetch import Pipeline, Stage, Unit, forgiving
 from ._stats import Counters
 
 logger = logging.getLogger("elastic_loader")
@@ -50,13 +50,7 @@ class DocPayload:
 
 def make_doc_stage(on_error: str | Callable[[Exception], object], counters: Counters) -> Stage:
     """The packing transform stage: token lists to flat int64 arrays, bad documents flagged."""
-
-    def forgive(exc: Exception) -> bool:
-        if on_error == "raise":
-            return False
-        if callable(on_error):
-            return bool(on_error(exc))
-        return True
+    forgive = forgiving(on_error)
 
     def run(batch: pa.RecordBatch) -> DocPayload:
         t0 = time.perf_counter_ns()

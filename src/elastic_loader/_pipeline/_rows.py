@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ._fetch import Pipeline, Stage, StageError, Unit
+from ._fetch import Pipeline, Stage, StageError, Unit, forgiving
 from ._stats import Counters
 
 logger = logging.getLogger("elastic_loader")
@@ -82,12 +82,7 @@ def make_row_stage(
         counters.add(transform_ns=elapsed)
         return rows
 
-    def forgive(exc: Exception) -> bool:
-        if on_error == "raise":
-            return False
-        if callable(on_error):
-            return bool(on_error(exc))
-        return True
+    forgive = forgiving(on_error)
 
     def run(part: pa.RecordBatch) -> RowPayload:
         try:
@@ -271,10 +266,6 @@ class RowProgress:
             self.positions[i] = position + 1
 
 
-class RowEnd(Exception):
-    """Internal: the iteration is over."""
-
-
 def iterate(
     pipeline: Pipeline,
     feed: RowFeed,
@@ -296,11 +287,11 @@ def iterate(
             feed.distribute(got[0], got[1], counters)
         return True
 
-    def stop(i: int) -> None:
+    def raise_if_failed(i: int) -> None:
+        """Split ``i`` cannot continue: raise its row's error if it has one (else the epoch is over)."""
         error = feed.error[i]
         if error is not None:
             raise error[1]
-        raise RowEnd
 
     start_samples = list(progress.samples)
     target = max(start_samples) if start_samples else 0
@@ -309,7 +300,8 @@ def iterate(
     while lagging:
         count, split, i = heapq.heappop(lagging)
         if not fill(i):
-            stop(i)
+            raise_if_failed(i)
+            return
         (value,), (position,) = feed.take(i, 1)
         progress.step(i, position)
         counters.add(ready_rows=-1, consumed_rows=1, rows_delivered=1)
@@ -319,7 +311,8 @@ def iterate(
     while True:
         for i in range(n):
             if not fill(i):
-                stop(i)
+                raise_if_failed(i)
+                return
         k = min(MAX_CHUNK_CYCLES, min(feed.ready(i) for i in range(n)))
         taken = [feed.take(i, k) for i in range(n)]
         if n == 1:
@@ -334,17 +327,3 @@ def iterate(
         finally:
             # The chunk's rows count as ready until handed out; statistics() adds the cursor live.
             progress.end(counters)
-
-
-def run(
-    pipeline: Pipeline,
-    feed: RowFeed,
-    progress: RowProgress,
-    owned: list[int],
-    counters: Counters,
-) -> Iterator[Any]:
-    """:func:`iterate`, ending quietly at the end of the epoch."""
-    try:
-        yield from iterate(pipeline, feed, progress, owned, counters)
-    except RowEnd:
-        return

@@ -711,7 +711,7 @@ class _Live:
             )
             holder.append(pipeline)
             self.pipeline = pipeline
-            yield from _rows.run(pipeline, feed, self.row_progress, self.owned, counters)
+            yield from _rows.iterate(pipeline, feed, self.row_progress, self.owned, counters)
             return
         yield from self._packed_items(progress, split_rows, threads)
 

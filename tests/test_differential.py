@@ -15,9 +15,11 @@ scale with the Hypothesis profile (``ci`` by default, ``deep`` for ``make deep``
 from __future__ import annotations
 
 import logging
+import pickle
 import warnings
 from collections.abc import Iterator, Mapping
 
+import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, settings
 
@@ -31,7 +33,15 @@ from elastic_loader.testing.machines import (
     RowMachine,
     check_invariants,
 )
-from elastic_loader.testing.tables import TableCache
+from elastic_loader.testing.tables import (
+    FaultyTransform,
+    InjectedFault,
+    TableCache,
+    TableKey,
+    document,
+    fault_row,
+    spec_permutation,
+)
 
 REFERENCE = "lancedb.streaming"
 
@@ -159,3 +169,29 @@ def test_pipeline_with_real_worker_processes(tables: TableCache) -> None:
         shrink=False,
     )
     _check_pinned(results, {})
+
+
+def test_tables_and_their_spec_permutation(tables: TableCache) -> None:
+    """The helpers the machines stand on: ids, fragments, nulls, the permutation, the faulty transform."""
+    key = TableKey(17, 3, frozenset({4}))
+    table = tables.table(key)
+    row_ids = table.to_lance().to_table(columns=["id"], with_row_id=True).column("_rowid").to_pylist()  # type: ignore[attr-defined]
+    assert max(row_ids) >= 2**33, "three fragments: LanceDB row ids are not storage offsets"
+    docs = tables.documents(key)
+    assert docs[4] is None and docs[5] == document(5) and set(docs) == set(range(17))
+
+    sequential = tables.permutation(key, num_splits=4, shuffle_seed=5, epoch=0, shuffle=False, filter=None)
+    assert sequential == tuple(tuple(range(4 * k, 4 * k + 4)) for k in range(4))  # the 17th row is dropped
+    filtered = tables.permutation(key, num_splits=2, shuffle_seed=5, epoch=0, shuffle=False, filter="id >= 5")
+    assert filtered == (tuple(range(5, 11)), tuple(range(11, 17)))
+    shuffled = tables.permutation(key, num_splits=4, shuffle_seed=5, epoch=1, shuffle=True, filter=None)
+    flat = [i for split in shuffled for i in split]
+    assert len(flat) == len(set(flat)) == 16 and set(flat) <= set(range(17)) and flat != sorted(flat)
+    collision = spec_permutation(table, num_splits=4, shuffle_seed=5 + 100003, epoch=0)
+    assert collision == shuffled  # perm_seed(5, 1) == perm_seed(5 + 100003, 0)
+
+    transform = pickle.loads(pickle.dumps(FaultyTransform([3])))
+    assert transform(pa.record_batch({"id": [1, 2]})) == [{"id": 1}, {"id": 2}]
+    with pytest.raises(InjectedFault) as caught:
+        transform(pa.record_batch({"id": [2, 3, 4]}))
+    assert fault_row(caught.value) == 3

@@ -98,11 +98,6 @@ class ModuleImplementation:
         method(epoch)
         return True
 
-    @property
-    def supports_set_epoch(self) -> bool:
-        """Whether datasets of this implementation have ``set_epoch``."""
-        return hasattr(self.dataset_class, "set_epoch")
-
 
 def implementation_from_module(name: str) -> ModuleImplementation:
     """Adapt the module ``name`` (for example ``"lancedb.streaming"`` or ``"elastic_loader"``).

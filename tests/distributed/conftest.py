@@ -53,5 +53,6 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
             json.dumps(
                 {"summary": summary, "trials": [asdict(t) for t in TRIALS], "save_checkpoint": ATOMIC_KILLS},
                 indent=1,
+                default=str,
             )
         )

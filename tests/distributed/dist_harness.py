@@ -308,7 +308,7 @@ def record_trial(test: str, seed: int, job: Job, counts: demo.Accounting, redone
         TrialRecord(
             test,
             seed,
-            [asdict(launch) for launch in job.launches],
+            [{**asdict(launch), "log": str(launch.log)} for launch in job.launches],
             counts.trained,
             counts.lost,
             counts.duplicated,

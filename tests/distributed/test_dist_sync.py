@@ -92,7 +92,7 @@ def test_ranks_stop_together_when_one_runs_dry(job: Job, database: Database, ski
         np.testing.assert_allclose(report["weights"], alone.weights, rtol=0, atol=1e-9)
 
     # Resuming after the end: rank 0 is dry at once, so every rank stops at once.
-    job.run(2, 1)
+    job.run(2, 0)
     reports = job.rank_reports(job.attempts()[-1])
     assert [r["last_step"] for r in reports] == [total, total]
     assert job.checkpoint()["step"] == total

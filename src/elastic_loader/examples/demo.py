@@ -48,43 +48,52 @@ JOB = "elastic_loader.examples.train"
 # ------------------------------------------------------------------ process control
 
 
-def _stat(pid: int) -> tuple[int, int] | None:
-    """``(parent pid, start time)`` of a live process, ``None`` when it is gone."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = text[text.rindex(")") + 2 :].split()
-    if fields[0] == "Z":
-        return None
-    return int(fields[1]), int(fields[19])
+def _processes() -> dict[int, tuple[int, str]]:
+    """Every live process: pid -> (parent pid, start time); from /proc, else from ``ps`` (macOS)."""
+    table: dict[int, tuple[int, str]] = {}
+    if os.path.isdir("/proc/self"):
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                text = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            fields = text[text.rindex(")") + 2 :].split()
+            if fields[0] != "Z":  # zombies are dead already
+                table[int(entry)] = (int(fields[1]), fields[19])
+        return table
+    out = subprocess.run(
+        ["ps", "-A", "-o", "pid=", "-o", "ppid=", "-o", "lstart="], capture_output=True, text=True
+    )
+    for line in out.stdout.splitlines():
+        fields = line.split()
+        if len(fields) > 2:
+            table[int(fields[0])] = (int(fields[1]), " ".join(fields[2:]))
+    return table
 
 
-def process_tree(root: int) -> dict[int, int]:
+def process_tree(root: int) -> dict[int, str]:
     """Every live process in the tree under ``root`` (``root`` included): pid -> start time."""
-    parents: dict[int, list[int]] = {}
-    starts: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            info = _stat(int(entry))
-            if info is not None:
-                parents.setdefault(info[0], []).append(int(entry))
-                starts[int(entry)] = info[1]
-    tree: dict[int, int] = {}
+    table = _processes()
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _) in table.items():
+        children.setdefault(parent, []).append(pid)
+    tree: dict[int, str] = {}
     todo = [root]
     while todo:
         pid = todo.pop()
-        if pid in starts and pid not in tree:
-            tree[pid] = starts[pid]
-            todo.extend(parents.get(pid, []))
+        if pid in table and pid not in tree:
+            tree[pid] = table[pid][1]
+            todo.extend(children.get(pid, []))
     return tree
 
 
-def signal_processes(tree: dict[int, int], sig: signal.Signals) -> None:
+def signal_processes(tree: dict[int, str], sig: signal.Signals) -> None:
     """Send ``sig`` to the processes of ``tree`` (pid -> start time) that are still the same processes."""
+    table = _processes()
     for pid, start in tree.items():
-        info = _stat(pid)
-        if info is not None and info[1] == start:  # never signal a recycled pid
+        if pid in table and table[pid][1] == start:  # never signal a recycled pid
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
 
@@ -95,7 +104,7 @@ def kill_tree(root: int) -> int:
     The tree is first frozen with SIGSTOP (repeatedly, until no new process
     appears), so no process can start or exit cleanly in between.
     """
-    frozen: dict[int, int] = {}
+    frozen: dict[int, str] = {}
     while True:
         tree = process_tree(root)
         new = {pid: start for pid, start in tree.items() if pid not in frozen}
@@ -127,15 +136,6 @@ def launch(
     environment = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
     with output.open("ab") as sink:
         return subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=environment)
-
-
-def stop(process: subprocess.Popen[bytes], timeout: float) -> None:
-    """Wait up to ``timeout`` seconds, then SIGKILL whatever is left of the job."""
-    try:
-        process.wait(timeout)
-    except subprocess.TimeoutExpired:
-        kill_tree(process.pid)
-        process.wait()
 
 
 # ------------------------------------------------------------------ step logs

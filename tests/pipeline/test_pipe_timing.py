@@ -33,7 +33,12 @@ def test_inject_timing_only_where_supported(multi_table: Any) -> None:
 @settings(max_examples=8)
 @given(seed=st.integers(0, 2**16), take=st.integers(0, 200), depth=st.integers(1, 4))
 def test_delays_never_change_rows_or_checkpoints(multi_table: Any, seed: int, take: int, depth: int) -> None:
-    options: dict[str, Any] = {"num_splits": 4, "columns": ["id"], "io_queue_depth": depth, "read_batch_size": 7}
+    options: dict[str, Any] = {
+        "num_splits": 4,
+        "columns": ["id"],
+        "io_queue_depth": depth,
+        "read_batch_size": 7,
+    }
     expected = [row["id"] for row in StreamingDataset(multi_table, **options)]
     shaken = StreamingDataset(multi_table, **options)
     inject_timing(shaken, SeededDelays(seed, max_delay=0.003, probability=0.7))

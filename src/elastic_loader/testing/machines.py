@@ -855,16 +855,16 @@ class DifferentialMachine(RuleBasedStateMachine):
                 raw = next(slot.iterator)
             except StopIteration:
                 self._on_end(slot, None, where)
-                return
+                break
             except Exception as error:
                 self._on_end(slot, error, where)
-                return
+                break
             item = self._decode(slot, raw)
             if isinstance(item, str):
                 packed = self.model is not None and self.model.packing is not None
                 self._fail("PackingConservationInv" if packed else "CanonicalOrderProp", f"{where}: {item}")
                 slot.finished = "broken"
-                return
+                break
             self._check_item(slot, item, False, slot.expected, where)
             if slot.resumed:
                 self._check_item(slot, item, True, slot.true_run, where)
@@ -973,11 +973,8 @@ class DifferentialMachine(RuleBasedStateMachine):
         try:
             parsed = model.load(state)
         except SpecError as error:
-            name = (
-                "ProgressBoundsInv"
-                if error.code in ("progress_out_of_range", "positions_below_samples")
-                else ("CheckpointRoundTripInv")
-            )
+            bounds = error.code in ("progress_out_of_range", "positions_below_samples")
+            name = "ProgressBoundsInv" if bounds else "CheckpointRoundTripInv"
             self._fail(name, f"{where}: the spec cannot read {dict(state)!r}: {error}")
             return None
         canonical = model.snapshot(parsed)
@@ -1247,27 +1244,28 @@ class DifferentialMachine(RuleBasedStateMachine):
         true_run = _attempt(
             lambda: run_loader(model.config, model.perm, model.faults, topology, truth, batch_size, corpus)
         )
-        note(f"{where} from {'the start' if record is None else repr(record)}: spec {expected!r}")
+        summary = (
+            f"raises {expected}"
+            if isinstance(expected, SpecError)
+            else f"delivers {len(expected.deliveries)} batches, then {expected.error or 'ends'}"
+        )
+        note(f"{where} from {'the start' if record is None else repr(record)}: the spec {summary}")
         kwargs: dict[str, object] = {"batch_size": batch_size, "num_workers": nw}
         if nw:
             kwargs["multiprocessing_context"] = "spawn"
         received: list[list[Item]] = []
-        failed = False
-        order = "CanonicalOrderProp" if model.packing is None else "PackingConservationInv"
-        iterator: Iterator[object] | None = None
+        order = "CanonicalOrderProp" if model.packing is None else "PackingBudgetProp"
         try:
             iterator = iter(self.implementation.loader(dataset, **kwargs))
         except Exception as error:
             if not isinstance(expected, SpecError) or not isinstance(error, _builtin(expected)):
                 self._fail(order, f"{where}: iter() raised {_describe(error)}; spec: {expected}")
             return None
-        try:
-            if isinstance(expected, SpecError):
-                self._fail(order, f"{where}: iter() succeeded; the spec raises {expected}")
-                return None
-            failed = self._receive(iterator, expected, received, batches, where)
-        finally:
-            iterator = None
+        if isinstance(expected, SpecError):
+            self._fail(order, f"{where}: iter() succeeded; the spec raises {expected}")
+            return None
+        # The loader stays alive until the checkpoint is taken, as in a training loop.
+        failed = self._receive(iterator, expected, received, batches, where)
         items = [item for batch in received for item in batch]
         n = len(received)
         if record is not None and not isinstance(true_run, SpecError):
@@ -1289,6 +1287,7 @@ class DifferentialMachine(RuleBasedStateMachine):
         state = self._state_dict(
             dataset, gate, committed, rank_owned, "ConsumerCommitProp", f"{where} after {n} batches"
         )
+        del iterator
         if state is None:
             return None
         parsed = self._check_state(

@@ -76,6 +76,9 @@ import lancedb
 import pyarrow as pa
 from hypothesis import HealthCheck
 from hypothesis import settings as Settings
+from hypothesis.errors import FlakyFailure, FlakyStrategyDefinition
+from hypothesis.reporting import with_reporter
+from hypothesis.stateful import run_state_machine_as_test
 
 from ..spec import (
     PackedState,
@@ -87,15 +90,17 @@ from ..spec import (
     snapshot_packed,
     snapshot_row,
 )
-from ..spec.invariants import INVARIANT_NAMES
+from ..spec.invariants import INVARIANT_NAMES, InvariantViolation
 from ..spec.params import CALLABLE, Params
 from .adapters import DatasetLike, Implementation, implementation_from_module
 from .machines import (
+    _INVARIANT_CALL,
     CHECKED,
     DifferentialMachine,
     PackedMachine,
     ProcessMachine,
     RowMachine,
+    _shrink_limit,
     check_invariants,
 )
 from .tables import TOKEN_COLUMN, TableCache, TableKey
@@ -145,7 +150,7 @@ REFERENCE = "lancedb.streaming"
 """The reference implementation's module name."""
 
 InvariantStatus = Literal["pass", "fail", "not-checked"]
-VectorStatus = Literal["pass", "fail", "not-applicable", "not-run"]
+VectorStatus = Literal["pass", "fail", "not-applicable"]
 
 MACHINES: Mapping[str, type[DifferentialMachine]] = {
     "row": RowMachine,
@@ -213,6 +218,29 @@ class KnownResults:
 
 _B1 = "B1/D1: in-process snapshots report the iterator's own minimum for splits it does not own"
 _B9 = "B9/D7: a raising row fails its whole read batch and surfaces before earlier rows"
+_B2 = "B2/D2: row-mode load_state_dict ignores epoch (a missing or different epoch passes)"
+_D3_TYPES = "B22/D3: parameter types are not validated at construction (bools pass as ints)"
+_D3_VALUES = (
+    "B3/B4/D3: values are not validated at construction (accepted, or a late backend error, "
+    "OverflowError or RustPanic instead of ValueError)"
+)
+_D4 = "B13/D4: shuffle_seed=None is accepted with world_size > 1"
+_D5 = "B14/D5: fingerprints are compared only when the first state has one (or not at all on load)"
+_D6 = "B15/D6: list lengths are not checked; a legacy int makes merge fail with TypeError"
+_D18 = "D18: progress beyond the split end or budget, or negative, is not rejected"
+_D19 = "D19: a missing checkpoint key raises KeyError, not ValueError"
+_D20 = "D20: prefetch_batches logs a warning but emits no DeprecationWarning"
+_N2 = "N2: checkpoint values are not type-checked (int() conversions, == comparisons)"
+_N3 = "N3: samples > positions is not rejected"
+_N5 = "N5: the merge keeps unknown keys instead of writing a canonical checkpoint"
+_N5_CONFIG = "N5: the merge copies the first state's config without validating it"
+_N6 = "N6: pack_buffers keys and buffers are not validated"
+
+
+def _pin(*groups: tuple[str, tuple[str, ...]]) -> dict[str, str]:
+    """Case name -> reason, from (reason, case names) groups."""
+    return {case: reason for reason, cases in groups for case in cases}
+
 
 KNOWN_REFERENCE_RESULTS = KnownResults(
     invariants={
@@ -242,7 +270,106 @@ KNOWN_REFERENCE_RESULTS = KnownResults(
         ),
         "RaisePositionProp": KnownViolation(frozenset({"row", "packed"}), _B9),
     },
-    vectors={},
+    vectors={
+        "merge": _pin(
+            (_D19, ("error_missing_epoch", "error_first_missing_shuffle_seed", "error_missing_eos_id")),
+            (_D19, ("error_row_missing_samples", "error_packed_missing_emitted")),
+            (_N2, ("error_num_splits_not_int", "error_epoch_is_bool", "error_fingerprint_not_a_string")),
+            (_N2, ("error_row_samples_not_a_list", "error_row_samples_bool_legacy")),
+            (_N2, ("error_row_samples_holds_string", "error_row_samples_holds_bool")),
+            (_N2, ("error_row_samples_holds_float", "error_row_positions_not_a_list")),
+            (_N2, ("error_packed_emitted_holds_null", "error_pack_buffers_not_a_dict")),
+            (_N2, ("error_buffer_not_a_dict", "error_buffer_without_starts")),
+            (_N2, ("error_buffer_tokens_not_a_list", "error_buffer_token_is_bool")),
+            (_D6, ("row_legacy_int_and_list", "error_row_samples_too_short", "error_row_positions_too_long")),
+            (
+                _D18,
+                (
+                    "error_row_negative_sample",
+                    "error_row_negative_legacy_int",
+                    "error_packed_negative_emitted",
+                ),
+            ),
+            (_N3, ("error_row_positions_below_samples",)),
+            (_N6, ("error_buffer_key_twice", "error_buffer_key_beyond_splits", "error_buffer_key_negative")),
+            (_N6, ("error_buffer_key_not_a_number", "error_buffer_key_int_beyond_splits")),
+            (
+                _N6,
+                ("error_buffer_key_bool", "error_buffer_start_beyond_tokens", "error_buffer_start_negative"),
+            ),
+            (_N6, ("error_buffer_start_in_empty_buffer", "error_buffer_starts_unsorted")),
+            (_N6, ("error_buffer_starts_repeated",)),
+            (_D5, ("error_fingerprint_only_in_second", "error_fingerprint_only_in_first")),
+            (_D5, ("error_fingerprints_differ",)),
+            (
+                _N5_CONFIG,
+                ("error_num_splits_zero", "error_pack_sequences_zero", "error_blocks_per_epoch_zero"),
+            ),
+            (_N5_CONFIG, ("error_blocks_per_epoch_not_divisible",)),
+            (_N5, ("row_unknown_keys_dropped",)),
+        ),
+        "load": _pin(
+            (_D19, ("error_missing_shuffle_seed", "error_missing_num_splits", "error_row_missing_samples")),
+            (_D19, ("error_packed_missing_emitted",)),
+            (_B2, ("error_missing_epoch", "error_epoch_differs_row_mode")),
+            (_N2, ("error_row_samples_not_a_list", "error_row_samples_bool_legacy")),
+            (_N2, ("error_row_samples_holds_string", "error_row_samples_holds_bool")),
+            (_N2, ("error_row_samples_holds_float", "error_row_positions_not_a_list")),
+            (_N2, ("error_packed_emitted_holds_null", "error_pack_buffers_not_a_dict")),
+            (_N2, ("error_buffer_not_a_dict", "error_buffer_without_starts")),
+            (_N2, ("error_buffer_tokens_not_a_list", "error_buffer_token_is_bool")),
+            (_D6, ("error_row_samples_too_short", "error_row_positions_too_long")),
+            (_D6, ("error_packed_consumed_too_short",)),
+            (_D18, ("error_row_position_beyond_split_end", "error_row_legacy_beyond_split_end")),
+            (_D18, ("error_packed_consumed_beyond_split_end", "error_packed_emitted_beyond_budget")),
+            (
+                _D18,
+                (
+                    "error_row_negative_sample",
+                    "error_row_negative_legacy_int",
+                    "error_packed_negative_emitted",
+                ),
+            ),
+            (_N3, ("error_row_positions_below_samples",)),
+            (_N6, ("error_buffer_key_twice", "error_buffer_key_beyond_splits", "error_buffer_key_negative")),
+            (_N6, ("error_buffer_key_int_beyond_splits", "error_buffer_key_bool")),
+            (_N6, ("error_buffer_start_beyond_tokens", "error_buffer_start_negative")),
+            (_N6, ("error_buffer_start_in_empty_buffer", "error_buffer_starts_unsorted")),
+            (_N6, ("error_buffer_starts_repeated",)),
+            (_D5, ("error_fingerprint_on_random_split_dataset",)),
+        ),
+        "params": _pin(
+            (_D3_TYPES, ("row_columns_str_text", "row_columns_list_1", "row_columns_list_text_none")),
+            (_D3_TYPES, ("packing_columns_str_tokens", "row_connection_factory_str_db")),
+            (_D3_TYPES, ("packing_eos_id_str_1", "packing_eos_id_float", "packing_eos_id_true")),
+            (_D3_TYPES, ("packing_pad_id_str_1", "packing_pad_id_float", "packing_pad_id_true")),
+            (_D3_TYPES, ("row_epoch_true", "row_rank_true", "row_world_size_true", "row_shuffle_seed_true")),
+            (_D3_TYPES, ("row_io_queue_depth_float", "row_io_queue_depth_true")),
+            (_D3_TYPES, ("row_num_splits_float", "row_num_splits_true")),
+            (_D3_TYPES, ("packing_pack_sequences_float", "packing_pack_sequences_true")),
+            (_D3_TYPES, ("row_prefetch_batches_float", "row_prefetch_batches_true")),
+            (_D3_TYPES, ("row_read_batch_size_str_1", "row_read_batch_size_float")),
+            (_D3_TYPES, ("row_read_batch_size_true", "row_read_batch_size_none")),
+            (_D3_TYPES, ("row_shuffle_clump_size_true", "row_shuffle_1", "row_shuffle_none")),
+            (_D3_TYPES, ("row_shuffle_str_yes", "row_transform_1", "row_transform_str_upper")),
+            (_D3_TYPES, ("row_transform_parallelism_float", "row_transform_parallelism_true")),
+            (_D3_TYPES, ("row_transform_queue_depth_float", "row_transform_queue_depth_true")),
+            (_D3_TYPES, ("row_worker_info_override_1", "row_worker_info_override_str_worker")),
+            (_D3_VALUES, ("row_columns_list_text_text", "row_columns_empty_list")),
+            (_D3_VALUES, ("row_columns_list_missing", "packing_columns_list_missing")),
+            (_D3_VALUES, ("packing_eos_id_2pow63", "packing_pad_id_minus_2pow63_minus")),
+            (_D3_VALUES, ("row_epoch_minus_1", "row_num_splits_0", "row_shuffle_clump_size_0")),
+            (_D3_VALUES, ("row_rank_minus_1", "row_rank_1", "multi_rank_rank_4")),
+            (_D3_VALUES, ("row_read_batch_size_0", "row_read_batch_size_minus_64")),
+            (
+                _D3_VALUES,
+                ("row_shuffle_seed_minus_1", "row_shuffle_seed_2pow64", "row_epoch_184461906879890"),
+            ),
+            (_D3_VALUES, ("multi_rank_shuffle_seed_2pow64", "row_world_size_0", "row_world_size_minus_1")),
+            (_D4, ("multi_rank_shuffle_seed_none",)),
+            (_D20, ("row_prefetch_batches_overrides_queue_depth",)),
+        ),
+    },
 )
 """The pinned results of ``lancedb.streaming`` (the installed reference) under :func:`run_conformance`.
 
@@ -792,15 +919,14 @@ def run_conformance(
             machine_settings = chosen[key]
             ticker = _Ticker(key, machine_settings.max_examples, progress)
             begin = time.monotonic()
+            counted = _counted(MACHINES[key], ticker)
             try:
-                results = check_invariants(
-                    _counted(MACHINES[key], ticker),
-                    impl,
-                    tables,
-                    settings_=machine_settings,
-                    shrink=(set(CHECKED) - violated) if shrink else False,
-                    shrink_seconds=shrink_seconds,
-                )
+                results = check_invariants(counted, impl, tables, settings_=machine_settings, shrink=False)
+                if shrink:
+                    for name in sorted(n for n, text in results.items() if text and n not in violated):
+                        results[name] = _shrink_one(
+                            counted, impl, tables, name, machine_settings, shrink_seconds, results[name] or ""
+                        )
             finally:
                 ticker.close()
             found[key] = results
@@ -831,6 +957,69 @@ def run_conformance(
         versions=_versions(impl),
         vectors_source=source,
     )
+
+
+def _find_violation(error: BaseException | None, seen: set[int] | None = None) -> InvariantViolation | None:
+    """The :class:`InvariantViolation` inside ``error`` (grouped, as its cause, or as its context)."""
+    seen = set() if seen is None else seen
+    if error is None or id(error) in seen:
+        return None
+    seen.add(id(error))
+    if isinstance(error, InvariantViolation):
+        return error
+    inner: list[BaseException | None] = list(getattr(error, "exceptions", None) or ())
+    inner += [error.__cause__, error.__context__]
+    for candidate in inner:
+        found = _find_violation(candidate, seen)
+        if found is not None:
+            return found
+    return None
+
+
+def _shrink_one(
+    machine: type[DifferentialMachine],
+    implementation: Implementation,
+    tables: TableCache,
+    name: str,
+    base: Settings,
+    seconds: int | None,
+    explored: str,
+) -> str:
+    """Search ``name`` again with only it enforced; Hypothesis shrinks the failing program.
+
+    Like the shrinking step of :func:`~elastic_loader.testing.machines.check_invariants`,
+    and also robust to implementations whose behaviour varies between replays
+    (``FlakyStrategyDefinition``: the replay stopped at another step): then the
+    violation is reported as found during exploration, marked as not shrunk.
+    """
+    bound = machine.bind(implementation, tables, enforced=frozenset({name}))
+    reported: list[object] = []
+    try:
+        with _shrink_limit(seconds), with_reporter(reported.append):
+            run_state_machine_as_test(
+                bound, settings=Settings(base, database=None, report_multiple_bugs=False)
+            )
+    except Exception as error:
+        found = _find_violation(error)
+        if found is None:
+            raise
+        if isinstance(error, FlakyStrategyDefinition):
+            return (
+                f"{explored}\n(not shrunk: the implementation behaved differently when the program was "
+                "replayed, so Hypothesis could not replay it; timing-dependent behaviour)"
+            )
+        notes = list(getattr(found, "__notes__", []) or getattr(error, "__notes__", []))
+        program: list[str] = []
+        for line in notes:
+            if line.startswith("Explanation:"):
+                break
+            if not _INVARIANT_CALL.fullmatch(line):
+                program.append(line)
+        remarks = " (flaky: did not fail on every replay)" if isinstance(error, FlakyFailure) else ""
+        if any("shrink" in str(line) for line in reported):
+            remarks += " (shrinking stopped at its time limit; the program may not be minimal)"
+        return f"{found.detail}{remarks}\n" + "\n".join(program)
+    return f"{explored}\n(not reproduced when searching again; not shrunk)"
 
 
 def _exercised(key: str) -> frozenset[str]:
@@ -881,13 +1070,13 @@ _BLACK_BOX = {
 }
 
 VECTOR_FAMILIES: Mapping[str, str] = {
-    "topology": "not applicable: split ownership is internal; PartitionInv checks it on real runs",
-    "row_order": "not applicable: takes arbitrary permutations and faults; the machines run real tables",
-    "packing": "not applicable: takes arbitrary permutations and corpora; the machines run real tables",
+    "topology": "split ownership is internal; PartitionInv checks it on real runs",
+    "row_order": "takes arbitrary permutations and faults; the machines run real tables",
+    "packing": "takes arbitrary permutations and corpora; the machines run real tables",
     **_BLACK_BOX,
-    "commit": "not applicable: the consumer commit is internal; ConsumerCommitProp checks it end to end",
-    "auto_budget": "not applicable: takes arbitrary document lengths; AutoBudgetInv checks real tables",
-    "loader": "not applicable: takes arbitrary permutations; the machines run StreamingDataLoader on tables",
+    "commit": "the consumer commit is internal; ConsumerCommitProp checks it end to end",
+    "auto_budget": "takes arbitrary document lengths; AutoBudgetInv checks real tables",
+    "loader": "takes arbitrary permutations; the machines run StreamingDataLoader on tables",
 }
 """Every vector family and how it is run against an implementation (or why it cannot be)."""
 

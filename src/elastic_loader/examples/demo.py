@@ -259,7 +259,7 @@ def _follow(path: Path, total: int, desc: str, until: int | None, process: subpr
     """Show a progress bar over a step log until it reaches ``until`` or the job exits; the last step."""
     from tqdm import tqdm
 
-    with tqdm(total=total, desc=desc, unit="step", dynamic_ncols=True) as bar:
+    with tqdm(total=total, desc=desc, unit="step", dynamic_ncols=True, mininterval=1.0) as bar:
         while process.poll() is None:
             done = _last_step(path)
             bar.update(done - bar.n)

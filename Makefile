@@ -52,3 +52,7 @@ vectors: $(STAMP)
 ## bench: the side-by-side ratio table (elastic-loader vs lancedb.streaming vs raw take)
 bench: $(STAMP)
 	$(PY) benchmarks/compare.py --json benchmarks/results.json
+
+## soak: the long kill/resume run of tests/distributed (JSON report in soak_report.json)
+soak: $(STAMP)
+	ELASTIC_LOADER_SOAK_TRIALS=$${ELASTIC_LOADER_SOAK_TRIALS:-40} ELASTIC_LOADER_SOAK_REPORT=$${ELASTIC_LOADER_SOAK_REPORT:-soak_report.json} $(PY) -m pytest -q -p no:cacheprovider tests/distributed

@@ -588,8 +588,10 @@ class StreamingDataset(IterableDataset[Any]):
 
     def _shared_rows_file(self) -> str:
         if self._shm_path is None or not os.path.exists(self._shm_path):
-            directory = "/dev/shm" if os.path.isdir("/dev/shm") else None
-            fd, path = tempfile.mkstemp(prefix="elastic-loader-rows-", suffix=".npy", dir=directory)
+            directory = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+            _reclaim_orphans(directory)
+            prefix = f"{_ROWS_PREFIX}{os.getpid()}-"
+            fd, path = tempfile.mkstemp(prefix=prefix, suffix=".npy", dir=directory)
             with os.fdopen(fd, "wb") as handle:
                 np.save(handle, self._row_ids)
             weakref.finalize(self, _unlink, path)
@@ -640,6 +642,35 @@ _NO_ROWS = np.zeros((0, 0), dtype=np.uint64)
 _ACTIVE: weakref.WeakValueDictionary[str, StreamingDataset] = weakref.WeakValueDictionary()
 """Datasets that iterated under StreamingDataLoader in this process, by dataset id."""
 _CLEANUP: set[str] = set()
+
+
+_ROWS_PREFIX = "elastic-loader-rows-"
+
+
+def _reclaim_orphans(directory: str) -> None:
+    """Remove row-id files whose creating process no longer exists (it was killed, say)."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for name in names:
+        if not name.startswith(_ROWS_PREFIX):
+            continue
+        owner = name[len(_ROWS_PREFIX) :].split("-", 1)[0]
+        if not owner.isdigit() or _alive(int(owner)):
+            continue
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(directory, name))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _unlink(path: str) -> None:

@@ -413,3 +413,23 @@ def test_merge_rejects_impossible_packing_settings(setting: dict[str, int]) -> N
         spec.merge_state_dicts([state])
     with pytest.raises(ValueError):
         merge_state_dicts([state])
+
+
+@pytest.mark.parametrize(
+    ("changes", "named"),
+    [
+        ({"samples_consumed_per_split": [0, True]}, "samples_consumed_per_split"),
+        ({"blocks_emitted_per_split": [0]}, "blocks_emitted_per_split"),
+        ({"blocks_emitted_per_split": [0, -1]}, "blocks_emitted_per_split"),
+        ({"pack_buffers": {0: {"tokens": [1, 2.0], "starts": [0]}}}, "token"),
+        ({"pack_buffers": {0: {"tokens": [1, 2], "starts": [True]}}}, "start"),
+    ],
+)
+def test_a_malformed_packed_progress_is_named_in_the_error(changes: dict[str, object], named: str) -> None:
+    case = Case(RunConfig(2, 1, 1, None, PackingConfig(3, 1, 0, 4)))
+    good = spec.snapshot_packed(case.config, PackedState((0, 0), (0, 0)))
+    bad = {**good, **changes}
+    with pytest.raises(ValueError, match=named):
+        merge_state_dicts([good, bad])
+    with pytest.raises(ValueError, match=named):
+        pipe.parse_for(case.identity, bad, 10)

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
+import torch
 
 from elastic_loader import StreamingDataset
 from elastic_loader._pipeline import _fetch, _packing, _rows
@@ -100,7 +101,9 @@ def test_packed_state_at_every_step_matches_the_spec(
     for k, expected in enumerate(model.blocks):
         if k % len(owned) == 0:
             assert packed_state(ds.state_dict()) == model.state_after(k), k
-        assert block_key(next(it)) == (expected.input_ids, expected.doc_ids), k
+        block = next(it)
+        assert block_key(block) == (expected.input_ids, expected.doc_ids), k
+        assert block["input_ids"].dtype == block["doc_ids"].dtype == torch.int64
     assert list(it) == []
     assert packed_state(ds.state_dict()) == model.state_after(len(model.blocks))
 

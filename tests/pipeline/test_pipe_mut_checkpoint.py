@@ -404,7 +404,6 @@ def test_a_malformed_progress_list_is_named_in_the_error(key: str, value: object
         merge_state_dicts([good, bad])
 
 
-@pytest.mark.xfail(strict=True, reason="pipeline_bugs.md I1: merge accepts impossible packing settings")
 @pytest.mark.parametrize("setting", [{"blocks_per_epoch": 5}, {"pack_sequences": 0}, {"blocks_per_epoch": 0}])
 def test_merge_rejects_impossible_packing_settings(setting: dict[str, int]) -> None:
     case = Case(RunConfig(2, 1, 1, None, PackingConfig(3, 1, 0, 4)))

@@ -258,6 +258,17 @@ def _identity_of(state: Mapping[str, object]) -> Identity:
     if is_packed(state):
         values = tuple(_int(state[k], k) for k in PACKING)
         packing = (values[0], values[1], values[2], values[3])
+        pack_sequences, blocks_per_epoch = packing[0], packing[3]
+        # No dataset could have written (or could load) these settings; say so instead of merging.
+        if pack_sequences <= 0:
+            raise ValueError(f"pack_sequences must be > 0 in a packed state dict, got {pack_sequences}")
+        if blocks_per_epoch <= 0:
+            raise ValueError(f"blocks_per_epoch must be > 0 in a packed state dict, got {blocks_per_epoch}")
+        if blocks_per_epoch % num_splits:
+            raise ValueError(
+                f"blocks_per_epoch ({blocks_per_epoch}) in a packed state dict must be divisible by "
+                f"num_splits ({num_splits})"
+            )
     return Identity(
         _int(state["shuffle_seed"], "shuffle_seed"),
         num_splits,

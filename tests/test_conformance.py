@@ -43,15 +43,9 @@ pytest_plugins = ["pytester"]
 
 IN_PROCESS = ("row", "packed")
 
-PIPELINE_VECTOR_BUGS = {
-    "merge": {
-        "error_pack_sequences_zero",
-        "error_blocks_per_epoch_zero",
-        "error_blocks_per_epoch_not_divisible",
-    }
-}
-"""Vector cases our pipeline fails today: its ``merge_state_dicts`` does not validate the packing
-config of the states (the spec's merge parses each state like a load). Reported; empty once fixed."""
+PIPELINE_VECTOR_BUGS: dict[str, set[str]] = {}
+"""Vector cases our pipeline fails today, by family (none; the packing-settings checks of
+``merge_state_dicts`` were the last, fixed with pipeline_bugs.md I1)."""
 
 FAKE = '''
 """elastic-loader with its checkpoint keys in reverse order: breaks CheckpointRoundTripInv only."""

@@ -914,7 +914,10 @@ def run_conformance(
         tables = TableCache(directory)
         stack.enter_context(_quiet())
         stack.enter_context(_seeded(seed))
-        violated: set[str] = set()
+        shown: dict[str, str] = {}
+        """Invariant -> the machine whose counterexample is shown (the first that shrank it, else the first
+        that found it): a violation another machine could not shrink is shrunk again by the next."""
+        shrunk: set[str] = set()
         for key in machines:
             machine_settings = chosen[key]
             ticker = _Ticker(key, machine_settings.max_examples, progress)
@@ -922,15 +925,20 @@ def run_conformance(
             counted = _counted(MACHINES[key], ticker)
             try:
                 results = check_invariants(counted, impl, tables, settings_=machine_settings, shrink=False)
-                if shrink:
-                    for name in sorted(n for n, text in results.items() if text and n not in violated):
-                        results[name] = _shrink_one(
-                            counted, impl, tables, name, machine_settings, shrink_seconds, results[name] or ""
-                        )
+                for name in sorted(n for n, text in results.items() if text):
+                    shown.setdefault(name, key)
+                    if not shrink or name in shrunk:
+                        continue
+                    text, done = _shrink_one(
+                        counted, impl, tables, name, machine_settings, shrink_seconds, results[name] or ""
+                    )
+                    results[name] = text
+                    if done:
+                        shrunk.add(name)
+                        shown[name] = key
             finally:
                 ticker.close()
             found[key] = results
-            violated |= {name for name, text in results.items() if text}
             runs.append(
                 MachineRun(
                     key,
@@ -946,7 +954,7 @@ def run_conformance(
             vector_results, source = _run_vectors(impl, directory / "vectors", vectors_dir, progress)
     return ConformanceReport(
         implementation=impl.name,
-        invariants=_invariant_results(machines, found),
+        invariants=_invariant_results(machines, found, shown),
         vectors=vector_results,
         runs=tuple(runs),
         seed=seed,
@@ -984,13 +992,16 @@ def _shrink_one(
     base: Settings,
     seconds: int | None,
     explored: str,
-) -> str:
+) -> tuple[str, bool]:
     """Search ``name`` again with only it enforced; Hypothesis shrinks the failing program.
 
     Like the shrinking step of :func:`~elastic_loader.testing.machines.check_invariants`,
     and also robust to implementations whose behaviour varies between replays
     (``FlakyStrategyDefinition``: the replay stopped at another step): then the
     violation is reported as found during exploration, marked as not shrunk.
+
+    Returns:
+        The counterexample text, and whether it holds a shrunk program.
     """
     bound = machine.bind(implementation, tables, enforced=frozenset({name}))
     reported: list[object] = []
@@ -1006,7 +1017,8 @@ def _shrink_one(
         if isinstance(error, FlakyStrategyDefinition):
             return (
                 f"{explored}\n(not shrunk: the implementation behaved differently when the program was "
-                "replayed, so Hypothesis could not replay it; timing-dependent behaviour)"
+                "replayed, so Hypothesis could not replay it; timing-dependent behaviour)",
+                False,
             )
         notes = list(getattr(found, "__notes__", []) or getattr(error, "__notes__", []))
         program: list[str] = []
@@ -1018,8 +1030,8 @@ def _shrink_one(
         remarks = " (flaky: did not fail on every replay)" if isinstance(error, FlakyFailure) else ""
         if any("shrink" in str(line) for line in reported):
             remarks += " (shrinking stopped at its time limit; the program may not be minimal)"
-        return f"{found.detail}{remarks}\n" + "\n".join(program)
-    return f"{explored}\n(not reproduced when searching again; not shrunk)"
+        return f"{found.detail}{remarks}\n" + "\n".join(program), True
+    return f"{explored}\n(not reproduced when searching again; not shrunk)", False
 
 
 def _exercised(key: str) -> frozenset[str]:
@@ -1030,7 +1042,7 @@ def _exercised(key: str) -> frozenset[str]:
 
 
 def _invariant_results(
-    machines: Sequence[str], found: Mapping[str, Mapping[str, str | None]]
+    machines: Sequence[str], found: Mapping[str, Mapping[str, str | None]], shown: Mapping[str, str]
 ) -> tuple[InvariantResult, ...]:
     out: list[InvariantResult] = []
     for name in INVARIANT_NAMES:
@@ -1040,8 +1052,8 @@ def _invariant_results(
         checked_by = tuple(k for k in machines if name in _exercised(k))
         found_by = tuple(k for k in machines if found.get(k, {}).get(name))
         if found_by:
-            shown = found_by[0]
-            out.append(InvariantResult(name, "fail", found[shown][name], shown, found_by, checked_by))
+            machine = shown.get(name, found_by[0])
+            out.append(InvariantResult(name, "fail", found[machine][name], machine, found_by, checked_by))
         elif checked_by:
             out.append(InvariantResult(name, "pass", checked_by=checked_by))
         else:

@@ -109,7 +109,7 @@ def pytest_collection_modifyitems(
     """Append the conformance tests (before ``-k``/``-m`` deselect)."""
     if _IMPLEMENTATION not in config.stash:
         return
-    collector = ConformanceCollector.from_parent(session, name=COLLECTOR_NAME)
+    collector = ConformanceCollector.from_parent(session, name=COLLECTOR_NAME, nodeid=COLLECTOR_NAME)
     items.extend(collector.collect())
 
 

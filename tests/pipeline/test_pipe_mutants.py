@@ -118,7 +118,7 @@ def test_a_packed_chunk_reports_the_old_progress_until_its_first_block() -> None
     progress = PackProgress(streams)
     before = progress.current()
     assert before == [(3, 2, [7, 8], [0]), (1, 2, [], [])]
-    records = [emit_cycles(stream, 2, 3, EOS, PAD, False)[2] for stream in streams]
+    records = [emit_cycles(stream, 2, 3, PAD)[2] for stream in streams]
     progress.begin(records, 3)
     assert progress.current() == before
     # Block 0 of cycle 0 is out: every split's first fill shows (as in the reference), and split 0

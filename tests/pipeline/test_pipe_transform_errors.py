@@ -364,3 +364,83 @@ def test_data_frame_output_is_a_type_error_d10(multi_table: Any) -> None:
     ds = StreamingDataset(multi_table, num_splits=2, transform=FrameLike, on_transform_error="skip")
     with pytest.raises(TypeError, match="frame"):
         list(ds)
+
+
+# ------------------------------------------------------------------ packing with uint64 token lists
+
+HUGE = {5: [3, 2**63, 4], 11: [2**64 - 1]}
+"""Documents of the uint64 table with a token that does not fit in int64 (2**63 - 1 does, doc 8)."""
+NULL_TOKEN = {17: [5, None, 6]}
+"""A null token in the same read as 2**63 - 1: the null must not turn the batch into floats."""
+
+
+@pytest.fixture(scope="module")
+def uint64_table(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    import lancedb
+
+    special: dict[int, list[int | None]] = {**HUGE, **NULL_TOKEN, 8: [2**63 - 1]}
+    tokens = [special.get(i, [i + 2] * (1 + i % 4)) for i in range(30)]
+    data = pa.table(
+        {"id": pa.array(range(30), pa.int64()), "tokens": pa.array(tokens, pa.list_(pa.uint64()))}
+    )
+    return lancedb.connect(str(tmp_path_factory.mktemp("uint64"))).create_table("u", data)
+
+
+def _uint64_corpus(table: Any) -> dict[int, tuple[int, ...]]:
+    data = table.to_arrow()
+    return {
+        i: tuple(t) if None not in t else ()
+        for i, t in zip(data.column("id").to_pylist(), data.column("tokens").to_pylist())
+    }
+
+
+@pytest.mark.parametrize("read_batch_size", [1, 64])
+def test_packing_skips_uint64_tokens_beyond_int64(
+    uint64_table: Any, perm_of: Any, read_batch_size: int
+) -> None:
+    """Tokens are int64 tensors: a larger uint64 token fails its document; 2**63 - 1 is kept."""
+    splits = perm_of(uint64_table, num_splits=2)
+    bad = frozenset(HUGE) | frozenset(NULL_TOKEN)
+    model = iterate_packed(
+        tuple(tuple(s) for s in splits),
+        _uint64_corpus(uint64_table),
+        Faults(skipped=bad),
+        (0, 1),
+        PackingConfig(6, 1, 0, 12),
+        initial_packed_state(2),
+    )
+    ds = StreamingDataset(
+        uint64_table,
+        **PACK,
+        num_splits=2,
+        blocks_per_epoch=12,
+        on_transform_error="skip",
+        read_batch_size=read_batch_size,
+    )
+    got = list(ds)
+    assert [tuple(b["input_ids"].tolist()) for b in got] == [b.input_ids for b in model.blocks]
+    assert [tuple(b["doc_ids"].tolist()) for b in got] == [b.doc_ids for b in model.blocks]
+    assert any(2**63 - 1 in b["input_ids"].tolist() for b in got)
+    assert ds.rows_skipped == len(bad)
+    assert ds.state_dict()["samples_consumed_per_split"] == list(model.states[-1].consumed)
+
+
+def test_packing_raises_a_uint64_token_beyond_int64_at_its_turn(uint64_table: Any, perm_of: Any) -> None:
+    flt = "id NOT IN (5, 17)"
+    splits = perm_of(uint64_table, num_splits=2, filter=flt)
+    model = iterate_packed(
+        tuple(tuple(s) for s in splits),
+        _uint64_corpus(uint64_table),
+        Faults(raising=frozenset({11})),
+        (0, 1),
+        PackingConfig(6, 1, 0, 40),
+        initial_packed_state(2),
+    )
+    assert isinstance(model.end, Raised)
+    ds = StreamingDataset(uint64_table, **PACK, num_splits=2, blocks_per_epoch=40, filter=flt)
+    got: list[Any] = []
+    with pytest.raises(ValueError, match="int64"):
+        for block in ds:
+            got.append(block)
+    assert got, "the error should come after the blocks that do not need document 11"
+    assert [tuple(b["input_ids"].tolist()) for b in got] == [b.input_ids for b in model.blocks]

@@ -54,9 +54,7 @@ def make_doc_stage(on_error: str | Callable[[Exception], object], counters: Coun
 
     def run(batch: pa.RecordBatch) -> DocPayload:
         t0 = time.perf_counter_ns()
-        column = batch.column(0)
-        if isinstance(column, pa.ChunkedArray):
-            column = column.combine_chunks()
+        column = batch.column(0)  # a RecordBatch column: one contiguous array
         lengths = pc.list_value_length(column).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
         flat = column.flatten()
         problem = np.asarray(column.is_null().to_numpy(zero_copy_only=False), dtype=bool)
@@ -123,7 +121,8 @@ class SplitStream:
         self.positions = np.zeros(0, dtype=np.int64)
         self.consumed = consumed
         self.emitted = emitted
-        self.error: tuple[int, BaseException] | None = None
+        self.error: BaseException | None = None
+        """The error of the first failing document this split fetched; nothing after it is kept."""
         self._parts: list[np.ndarray] = []
         self._part_starts: list[np.ndarray] = []
         self._part_ends: list[np.ndarray] = []
@@ -187,10 +186,13 @@ class ChunkSplit:
 
 
 def emit_cycles(
-    stream: SplitStream, k: int, length: int, eos: int, pad: int, exhausted: bool
+    stream: SplitStream, k: int, length: int, pad: int
 ) -> tuple[np.ndarray, np.ndarray, ChunkSplit, int]:
-    """Cut ``k`` cycles of one split: (input_ids k x L, doc_ids k x L, chunk record, docs pulled)."""
-    del eos
+    """Cut ``k >= 1`` cycles of one split: (input_ids k x L, doc_ids k x L, chunk record, docs pulled).
+
+    A split with too few tokens left (it is exhausted) fills its blocks with ``pad``.
+    """
+    assert k >= 1, "a chunk has at least one cycle"
     stream._settle()
     targets = (np.arange(k, dtype=np.int64) + 1) * length
     n_docs = len(stream.ends)
@@ -228,14 +230,14 @@ def emit_cycles(
     marks = flat_marks.reshape(k, length)
     marks[:, 0] = 0
     doc_ids = np.cumsum(marks, axis=1, dtype=np.int64)
-    pulled_docs = int(need[-1]) if k else 0
-    # advance the stream past the k emitted blocks
-    stream.tokens = tokens[total:] if len(tokens) > total else np.zeros(0, dtype=np.int64)
+    pulled_docs = int(need[-1])
+    # advance the stream past the k emitted blocks (empty when the blocks were padded)
+    stream.tokens = tokens[total:]
     stream.starts = stream.starts[stream.starts >= total] - total
     stream.ends = stream.ends[pulled_docs:] - total
     stream.positions = stream.positions[pulled_docs:]
-    stream.pulled = max(0, int(pulled[-1]) - total) if k else stream.pulled
-    stream.consumed = int(consumed[-1]) if k else stream.consumed
+    stream.pulled = max(0, int(pulled[-1]) - total)
+    stream.consumed = int(consumed[-1])
     stream.emitted += k
     return ids, doc_ids, record, pulled_docs
 
@@ -262,7 +264,7 @@ class PackFeed:
                 for j in range(seg.count):
                     r = seg.offset + j
                     if payload.bad is not None and r in payload.bad:
-                        stream.error = (seg.first + j, payload.bad[r])
+                        stream.error = payload.bad[r]
                         keep[j:] = False
                         break
                     if payload.skipped is not None and r in payload.skipped:
@@ -374,7 +376,6 @@ def iterate(
     progress: PackProgress,
     *,
     length: int,
-    eos: int,
     pad: int,
     budget: int,
     counters: Counters,
@@ -401,9 +402,9 @@ def iterate(
                 return 0
             unit = pipeline.next_unit()
             if unit is None:
-                if not pipeline.fetched_all(i):
-                    raise RuntimeError(f"internal error: packed split {i} starved with nothing in flight")
-                continue  # nothing left in flight: the split is now exhausted
+                # A split not fetched in full has a unit in flight; one fetched in full is exhausted
+                # (available_cycles returned None above), so this cannot happen.
+                raise RuntimeError(f"internal error: packed split {i} starved with nothing in flight")
             feed.distribute(unit[0], unit[1])
 
     while streams[0].emitted < budget:
@@ -413,17 +414,14 @@ def iterate(
             if got == 0:
                 error = streams[i].error
                 assert error is not None
-                raise error[1]
+                raise error
             ready.append(got)
         finite = [r for r in ready if r is not None]
         k = min([MAX_CHUNK_CYCLES, budget - streams[0].emitted, *finite])
         cut = []
-        pulled_docs = 0
-        for i, stream in enumerate(streams):
-            exhausted = pipeline.fetched_all(i) and stream.error is None
-            ids, doc_ids, record, docs = emit_cycles(stream, k, length, eos, pad, exhausted)
+        for stream in streams:
+            ids, doc_ids, record, _ = emit_cycles(stream, k, length, pad)
             cut.append((ids, doc_ids, record))
-            pulled_docs += docs
         progress.begin([record for _, _, record in cut], length)
         complete = False
         try:

@@ -799,7 +799,6 @@ class _Live:
             feed,
             self.pack_progress,
             length=length,
-            eos=eos,
             pad=ds._pad_id,
             budget=ds._blocks_per_epoch // ds._num_splits,
             counters=counters,

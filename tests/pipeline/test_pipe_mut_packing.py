@@ -1,0 +1,208 @@
+"""Packing tests written for mutants of ``_pipeline/_packing.py`` that the rest of the suite let live.
+
+See docs/MUTATION.md. The corpus here is made of short documents whose length plus EOS often
+equals the block length, so blocks and leftovers begin exactly at a document start (the
+boundary cases of the buffer's ``starts``); states are compared with the executable spec after
+every step, over reads of one row to whole splits and chunks of one cycle to whole epochs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from typing import Any
+
+import lancedb
+import pyarrow as pa
+import pytest
+
+from elastic_loader import StreamingDataset
+from elastic_loader._pipeline import _fetch, _packing
+from elastic_loader.spec import Faults, PackingConfig, iterate_packed
+from elastic_loader.spec.packing import PackBuffer, PackedState
+
+EOS, PAD, LENGTH = -1, -2, 4
+
+
+def _document(i: int) -> list[int]:
+    """Lengths cycle 3, 3, 1, 0, 5, 2, 3: with EOS, 4 = LENGTH tokens twice in a row."""
+    return [100 * i + j for j in range((3, 3, 1, 0, 5, 2, 3)[i % 7])]
+
+
+@pytest.fixture(scope="module")
+def short_docs(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    db = lancedb.connect(str(tmp_path_factory.mktemp("short_docs")))
+    data = pa.table(
+        {
+            "id": pa.array(range(70), pa.int64()),
+            "tokens": pa.array([_document(i) for i in range(70)], pa.list_(pa.int64())),
+        }
+    )
+    return db.create_table("short_docs", data)
+
+
+def _corpus() -> dict[int, tuple[int, ...]]:
+    return {i: tuple(_document(i)) for i in range(70)}
+
+
+def _state(checkpoint: dict[str, Any]) -> PackedState:
+    buffers = {
+        int(k): PackBuffer(tuple(v["tokens"]), tuple(v["starts"]))
+        for k, v in checkpoint["pack_buffers"].items()
+        if v["tokens"]
+    }
+    return PackedState(
+        tuple(checkpoint["samples_consumed_per_split"]),
+        tuple(checkpoint["blocks_emitted_per_split"]),
+        buffers,
+    )
+
+
+def _dataset(table: Any, num_splits: int, budget: int, **kwargs: Any) -> StreamingDataset:
+    return StreamingDataset(
+        table,
+        num_splits=num_splits,
+        columns=["tokens"],
+        pack_sequences=LENGTH,
+        eos_id=EOS,
+        pad_id=PAD,
+        blocks_per_epoch=budget,
+        **kwargs,
+    )
+
+
+@pytest.mark.parametrize("chunk_cycles", [1, 3, 1024])
+@pytest.mark.parametrize("read_batch_size", [1, 5, 256])
+@pytest.mark.parametrize("num_splits", [1, 2, 3])
+def test_state_and_counters_after_every_block_match_the_spec(
+    short_docs: Any,
+    perm_of: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    num_splits: int,
+    read_batch_size: int,
+    chunk_cycles: int,
+) -> None:
+    """At every step the checkpoint equals the spec's; with one split (a step is one block)
+    ``consumed_rows`` and ``rows_delivered`` equal the documents pulled so far."""
+    monkeypatch.setattr(_packing, "MAX_CHUNK_CYCLES", chunk_cycles)
+    if read_batch_size == 1:
+        monkeypatch.setattr(_fetch, "MAX_UNIT_ROWS", 4)
+    budget = num_splits * (70 // num_splits + 8)  # more blocks than the tokens fill: padding at the end
+    perm = tuple(tuple(s) for s in perm_of(short_docs, num_splits=num_splits))
+    start = PackedState((0,) * num_splits, (0,) * num_splits, {})
+    model = iterate_packed(
+        perm, _corpus(), Faults(), tuple(range(num_splits)), PackingConfig(LENGTH, EOS, PAD, budget), start
+    )
+    assert any(b.input_ids[-1] == PAD for b in model.blocks)
+    ds = _dataset(short_docs, num_splits, budget, read_batch_size=read_batch_size)
+    it = iter(ds)
+    for k, expected in enumerate(model.blocks):
+        block = next(it)
+        assert tuple(block["input_ids"].tolist()) == expected.input_ids, k
+        assert tuple(block["doc_ids"].tolist()) == expected.doc_ids, k
+        if (k + 1) % num_splits:
+            continue  # packed checkpoints exist at step boundaries only
+        state = model.state_after(k + 1)
+        assert _state(ds.state_dict()) == state, k
+        if num_splits == 1:
+            assert ds.consumed_rows == sum(state.consumed), k
+            assert ds.statistics().rows_delivered == sum(state.consumed), k
+    assert list(it) == []
+    assert _state(ds.state_dict()) == model.state_after(len(model.blocks))
+
+
+def test_resuming_from_every_block_continues_exactly(short_docs: Any, perm_of: Any) -> None:
+    """A checkpoint after any block, resumed in a fresh dataset, gives the rest of the blocks."""
+    budget = 60
+    full = [tuple(b["input_ids"].tolist()) for b in _dataset(short_docs, 2, budget, read_batch_size=3)]
+    for k in range(0, len(full), 2):  # packed resumes happen at cycle boundaries (whole global steps)
+        ds = _dataset(short_docs, 2, budget, read_batch_size=3)
+        it = iter(ds)
+        list(itertools.islice(it, k))
+        state = ds.state_dict()
+        it.close()
+        again = _dataset(short_docs, 2, budget, read_batch_size=7)
+        again.load_state_dict(state)
+        assert [tuple(b["input_ids"].tolist()) for b in again] == full[k:], k
+
+
+def test_an_unmerged_rank_state_is_refused_by_a_dataset_owning_both_ranks_splits(short_docs: Any) -> None:
+    """Rank 0 of two moved splits 0-1 only: a world-size-1 dataset sees two different block counts."""
+    rank0 = _dataset(short_docs, 4, 40, world_size=2, rank=0)
+    list(itertools.islice(iter(rank0), 2))
+    state = rank0.state_dict()
+    assert state["blocks_emitted_per_split"] == [1, 1, 0, 0]
+    alone = _dataset(short_docs, 4, 40)
+    with pytest.raises(ValueError, match="merge"):
+        alone.load_state_dict(state)
+        next(iter(alone))
+
+
+@pytest.fixture(scope="module")
+def null_docs(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    db = lancedb.connect(str(tmp_path_factory.mktemp("null_docs")))
+    tokens: list[list[int | None] | None] = [_document(i) for i in range(30)]
+    tokens[4], tokens[9], tokens[20] = None, [1, None], None
+    data = pa.table({"id": pa.array(range(30), pa.int64()), "tokens": pa.array(tokens, pa.list_(pa.int64()))})
+    return db.create_table("null_docs", data)
+
+
+def test_warn_mode_logs_skipped_documents_with_the_first_error(
+    null_docs: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    ds = _dataset(null_docs, 1, 20, on_transform_error="warn", read_batch_size=256)
+    with caplog.at_level(logging.WARNING, logger="elastic_loader"):
+        list(ds)
+    messages = [r.getMessage() for r in caplog.records if r.name == "elastic_loader"]
+    assert len(messages) == 1, messages
+    assert "skipped 3 of 30 documents" in messages[0] and "null token" in messages[0], messages
+    assert ds.rows_skipped == 3
+
+
+def test_a_callable_error_policy_sees_each_bad_document_error(null_docs: Any) -> None:
+    seen: list[BaseException] = []
+
+    def policy(error: Exception) -> bool:
+        seen.append(error)
+        return True  # skip
+
+    ds = _dataset(null_docs, 2, 20, on_transform_error=policy, read_batch_size=4)
+    blocks = list(ds)
+    assert blocks and ds.rows_skipped == 3
+    assert len(seen) == 3 and all(isinstance(e, ValueError) and "null" in str(e) for e in seen), seen
+
+
+def test_skip_mode_does_not_log(null_docs: Any, caplog: pytest.LogCaptureFixture) -> None:
+    ds = _dataset(null_docs, 1, 20, on_transform_error="skip")
+    with caplog.at_level(logging.WARNING, logger="elastic_loader"):
+        list(ds)
+    assert not [r for r in caplog.records if r.name == "elastic_loader"]
+    assert ds.rows_skipped == 3
+
+
+@pytest.mark.parametrize("budget", [1, 30])
+@pytest.mark.parametrize("starts", [(0, 5, 8), (0, 4, 8), (2, 3, 4, 9), ()])
+def test_a_loaded_buffer_longer_than_a_block_is_cut_as_the_spec_cuts_it(
+    short_docs: Any, perm_of: Any, starts: tuple[int, ...], budget: int
+) -> None:
+    """A checkpoint (from any conforming implementation) may hold a buffer of several blocks, with
+    documents starting anywhere in it, at a block boundary included: every later state keeps
+    exactly the starts of what is left, also once the budget ends the epoch."""
+    perm = tuple(tuple(s) for s in perm_of(short_docs, num_splits=1))
+    tokens = tuple(range(1000, 1010))
+    loaded = PackedState((5,), (0,), {0: PackBuffer(tokens, starts)})
+    model = iterate_packed(perm, _corpus(), Faults(), (0,), PackingConfig(LENGTH, EOS, PAD, budget), loaded)
+    ds = _dataset(short_docs, 1, budget)
+    checkpoint = ds.state_dict()
+    checkpoint["samples_consumed_per_split"] = [5]
+    checkpoint["pack_buffers"] = {0: {"tokens": list(tokens), "starts": list(starts)}}
+    ds.load_state_dict(checkpoint)
+    assert _state(ds.state_dict()) == loaded
+    it = iter(ds)
+    for k, expected in enumerate(model.blocks):
+        block = next(it)
+        assert tuple(block["input_ids"].tolist()) == expected.input_ids, k
+        assert tuple(block["doc_ids"].tolist()) == expected.doc_ids, k
+        assert _state(ds.state_dict()) == model.state_after(k + 1), k
+    assert list(it) == []
+    assert _state(ds.state_dict()) == model.state_after(len(model.blocks))

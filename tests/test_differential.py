@@ -69,12 +69,14 @@ PIPELINE_MISSING = not hasattr(elastic_loader, "StreamingDataset")
 
 
 def _settings(examples: int, steps: int) -> settings:
-    """Derandomized settings; ``examples`` grows with the profile (``deep``: about eight times as many)."""
-    scaled = max(examples, examples * settings.default.max_examples // 600)
+    """Settings that grow with the profile. ``ci`` is derandomized (the same examples on every
+    run); ``deep`` runs about eight times as many examples, each four times as long (tens of
+    thousands of steps per machine), from a random seed, so each deep run explores new ground."""
+    factor = settings.default.max_examples // 600
     return settings(
-        max_examples=scaled,
-        stateful_step_count=steps,
-        derandomize=True,
+        max_examples=max(examples, examples * factor),
+        stateful_step_count=steps * max(1, factor // 2),
+        derandomize=factor <= 1,
         deadline=None,
         database=None,
         suppress_health_check=list(HealthCheck),

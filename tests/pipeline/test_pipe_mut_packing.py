@@ -20,6 +20,7 @@ from elastic_loader import StreamingDataset
 from elastic_loader._pipeline import _fetch, _packing
 from elastic_loader.spec import Faults, PackingConfig, iterate_packed
 from elastic_loader.spec.packing import PackBuffer, PackedState
+from elastic_loader.spec.rows import Raised
 
 EOS, PAD, LENGTH = -1, -2, 4
 
@@ -142,7 +143,7 @@ def test_an_unmerged_rank_state_is_refused_by_a_dataset_owning_both_ranks_splits
 def null_docs(tmp_path_factory: pytest.TempPathFactory) -> Any:
     db = lancedb.connect(str(tmp_path_factory.mktemp("null_docs")))
     tokens: list[list[int | None] | None] = [_document(i) for i in range(30)]
-    tokens[4], tokens[9], tokens[20] = None, [1, None], None
+    tokens[0], tokens[9], tokens[29] = None, [1, None], None
     data = pa.table({"id": pa.array(range(30), pa.int64()), "tokens": pa.array(tokens, pa.list_(pa.int64()))})
     return db.create_table("null_docs", data)
 
@@ -206,3 +207,63 @@ def test_a_loaded_buffer_longer_than_a_block_is_cut_as_the_spec_cuts_it(
         assert _state(ds.state_dict()) == model.state_after(k + 1), k
     assert list(it) == []
     assert _state(ds.state_dict()) == model.state_after(len(model.blocks))
+
+
+@pytest.fixture
+def one_row_per_split(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reads of one document per split: every unit holds one segment per split, several in flight."""
+    monkeypatch.setattr(_fetch, "FIRST_UNIT_ROWS", 1)
+    monkeypatch.setattr(_fetch, "MAX_UNIT_ROWS", 2)
+
+
+@pytest.mark.usefixtures("one_row_per_split")
+def test_a_skipped_document_does_not_drop_the_other_splits_part_of_its_read(
+    null_docs: Any, perm_of: Any
+) -> None:
+    """A unit whose first segment is all skipped documents still feeds the segments after it."""
+    budget = 24
+    perm = tuple(tuple(s) for s in perm_of(null_docs, num_splits=2))
+    corpus = {i: tuple(_document(i)) for i in range(30)}
+    model = iterate_packed(
+        perm,
+        corpus,
+        Faults(skipped=frozenset({0, 9, 29})),
+        (0, 1),
+        PackingConfig(LENGTH, EOS, PAD, budget),
+        PackedState((0, 0), (0, 0), {}),
+    )
+    ds = _dataset(null_docs, 2, budget, on_transform_error="skip", read_batch_size=1, io_queue_depth=4)
+    got = [tuple(b["input_ids"].tolist()) for b in ds]
+    assert got == [b.input_ids for b in model.blocks]
+
+
+@pytest.mark.usefixtures("one_row_per_split")
+@pytest.mark.parametrize("seed", [0, 7])
+@pytest.mark.parametrize("bad", [0, 9, 29])
+def test_a_failed_split_does_not_drop_the_other_splits_part_of_later_reads(
+    null_docs: Any, perm_of: Any, bad: int, seed: int
+) -> None:
+    """After split A fetched a failing document, reads already in flight still feed split B, whose
+    blocks up to the raise are the spec's (seed 7 puts document 9 where split B reads ahead)."""
+    others = sorted({0, 9, 29} - {bad})
+    flt = f"id NOT IN ({', '.join(map(str, others))})"
+    budget = 24
+    perm = tuple(tuple(s) for s in perm_of(null_docs, num_splits=2, filter=flt, shuffle_seed=seed))
+    corpus = {i: tuple(_document(i)) for i in range(30)}
+    model = iterate_packed(
+        perm,
+        corpus,
+        Faults(raising=frozenset({bad})),
+        (0, 1),
+        PackingConfig(LENGTH, EOS, PAD, budget),
+        PackedState((0, 0), (0, 0), {}),
+    )
+    ds = _dataset(null_docs, 2, budget, filter=flt, read_batch_size=1, io_queue_depth=4, shuffle_seed=seed)
+    got: list[tuple[int, ...]] = []
+    if isinstance(model.end, Raised):
+        with pytest.raises(ValueError, match="null"):
+            for block in ds:
+                got.append(tuple(block["input_ids"].tolist()))
+    else:
+        got = [tuple(b["input_ids"].tolist()) for b in ds]
+    assert got == [b.input_ids for b in model.blocks]

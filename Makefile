@@ -42,6 +42,13 @@ proofs: $(STAMP)
 deep: $(STAMP)
 	HYPOTHESIS_PROFILE=deep $(PY) -m pytest -q -p no:cacheprovider tests
 
+## mutation: mutation testing of the pipeline's ordering, checkpoint and packing code (mutmut), then the score
+mutation: $(STAMP)
+	$(PY) -m pip install -q -e ".[test,mutation]" 2>&1 | grep -v "^WARNING: Location" || true
+	rm -rf mutants
+	HYPOTHESIS_PROFILE=ci PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/mutmut run --max-children $${MUTATION_CHILDREN:-2}
+	$(PY) .mutation/score.py --markdown
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import time
 from typing import Any
 
 import lancedb
@@ -267,3 +268,34 @@ def test_a_failed_split_does_not_drop_the_other_splits_part_of_later_reads(
     else:
         got = [tuple(b["input_ids"].tolist()) for b in ds]
     assert got == [b.input_ids for b in model.blocks]
+
+
+def test_a_read_of_empty_documents_only(
+    short_docs: Any, perm_of: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reads of one document: some reads hold no token at all (document 3 of every 7 is empty)."""
+    monkeypatch.setattr(_fetch, "FIRST_UNIT_ROWS", 1)
+    monkeypatch.setattr(_fetch, "MAX_UNIT_ROWS", 1)
+    budget = 70
+    perm = tuple(tuple(s) for s in perm_of(short_docs, num_splits=1))
+    model = iterate_packed(
+        perm, _corpus(), Faults(), (0,), PackingConfig(LENGTH, EOS, PAD, budget), PackedState((0,), (0,), {})
+    )
+    ds = _dataset(short_docs, 1, budget, read_batch_size=1)
+    assert [tuple(b["input_ids"].tolist()) for b in ds] == [b.input_ids for b in model.blocks]
+
+
+def test_counters_after_the_epoch_ends(short_docs: Any) -> None:
+    """Once the epoch is over, every document was pulled, and the cumulative counter says so."""
+    ds = _dataset(short_docs, 1, 70 + 8)
+    assert len(list(ds)) == 78
+    assert ds.state_dict()["samples_consumed_per_split"] == [70]
+    assert ds.statistics().rows_delivered == 70
+
+
+def test_transform_time_is_at_most_the_time_spent_iterating(short_docs: Any) -> None:
+    ds = _dataset(short_docs, 2, 80)
+    start = time.perf_counter()
+    list(ds)
+    elapsed = time.perf_counter() - start
+    assert 0 < ds.statistics().transform_time <= elapsed

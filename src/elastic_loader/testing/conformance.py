@@ -76,9 +76,7 @@ import lancedb
 import pyarrow as pa
 from hypothesis import HealthCheck
 from hypothesis import settings as Settings
-from hypothesis.errors import FlakyFailure, FlakyStrategyDefinition
-from hypothesis.reporting import with_reporter
-from hypothesis.stateful import run_state_machine_as_test
+from hypothesis.errors import FlakyStrategyDefinition
 
 from ..spec import (
     PackedState,
@@ -94,13 +92,13 @@ from ..spec.invariants import INVARIANT_NAMES, InvariantViolation
 from ..spec.params import CALLABLE, Params
 from .adapters import DatasetLike, Implementation, implementation_from_module
 from .machines import (
-    _INVARIANT_CALL,
     CHECKED,
     DifferentialMachine,
     PackedMachine,
     ProcessMachine,
     RowMachine,
-    _shrink_limit,
+    _search_enforcing,
+    _shrunk_counterexample,
     check_invariants,
 )
 from .tables import TOKEN_COLUMN, TableCache, TableKey
@@ -1003,13 +1001,9 @@ def _shrink_one(
     Returns:
         The counterexample text, and whether it holds a shrunk program.
     """
-    bound = machine.bind(implementation, tables, enforced=frozenset({name}))
     reported: list[object] = []
     try:
-        with _shrink_limit(seconds), with_reporter(reported.append):
-            run_state_machine_as_test(
-                bound, settings=Settings(base, database=None, report_multiple_bugs=False)
-            )
+        _search_enforcing(machine, implementation, tables, name, base, seconds, reported)
     except Exception as error:
         found = _find_violation(error)
         if found is None:
@@ -1020,17 +1014,7 @@ def _shrink_one(
                 "replayed, so Hypothesis could not replay it; timing-dependent behaviour)",
                 False,
             )
-        notes = list(getattr(found, "__notes__", []) or getattr(error, "__notes__", []))
-        program: list[str] = []
-        for line in notes:
-            if line.startswith("Explanation:"):
-                break
-            if not _INVARIANT_CALL.fullmatch(line):
-                program.append(line)
-        remarks = " (flaky: did not fail on every replay)" if isinstance(error, FlakyFailure) else ""
-        if any("shrink" in str(line) for line in reported):
-            remarks += " (shrinking stopped at its time limit; the program may not be minimal)"
-        return f"{found.detail}{remarks}\n" + "\n".join(program), True
+        return _shrunk_counterexample(found, error, reported), True
     return f"{explored}\n(not reproduced when searching again; not shrunk)", False
 
 

@@ -1765,31 +1765,52 @@ def check_invariants(
     results: dict[str, str | None] = {name: observed.get(name) for name in CHECKED}
     selected = set(observed) if shrink is True else set(observed) & set(shrink or ())
     for name in sorted(selected):
-        bound = machine.bind(implementation, tables, enforced=frozenset({name}))
         reported: list[object] = []
         try:
-            with _shrink_limit(shrink_seconds), with_reporter(reported.append):
-                run_state_machine_as_test(
-                    bound, settings=settings(base, database=None, report_multiple_bugs=False)
-                )
+            _search_enforcing(machine, implementation, tables, name, base, shrink_seconds, reported)
         except Exception as error:
             found = _violation(error)
             if found is None:
                 raise
-            notes = getattr(found, "__notes__", []) or getattr(error, "__notes__", [])
-            program: list[str] = []
-            for line in notes:
-                if line.startswith("Explanation:"):
-                    break
-                if not _INVARIANT_CALL.fullmatch(line):
-                    program.append(line)
-            remarks = " (flaky: did not fail on every replay)" if isinstance(error, FlakyFailure) else ""
-            if any("shrink" in str(line) for line in reported):
-                remarks += " (shrinking stopped at its time limit; the program may not be minimal)"
-            results[name] = f"{found.detail}{remarks}\n" + "\n".join(program)
+            results[name] = _shrunk_counterexample(found, error, reported)
         else:
             results[name] = f"{observed[name]}\n(not reproduced when searching again; not shrunk)"
     return results
+
+
+def _search_enforcing(
+    machine: type[DifferentialMachine],
+    implementation: Implementation,
+    tables: TableCache,
+    name: str,
+    base: settings,
+    shrink_seconds: int | None,
+    reported: list[object],
+) -> None:
+    """Search again with only ``name`` enforced, so Hypothesis shrinks its violation (raised).
+
+    Hypothesis's report lines go to ``reported``; shrinking stops after ``shrink_seconds``.
+    """
+    bound = machine.bind(implementation, tables, enforced=frozenset({name}))
+    with _shrink_limit(shrink_seconds), with_reporter(reported.append):
+        run_state_machine_as_test(bound, settings=settings(base, database=None, report_multiple_bugs=False))
+
+
+def _shrunk_counterexample(
+    found: inv.InvariantViolation, error: BaseException, reported: list[object]
+) -> str:
+    """The violation's text, then the program Hypothesis shrank it to (from the error's notes)."""
+    notes = list(getattr(found, "__notes__", []) or getattr(error, "__notes__", []))
+    program: list[str] = []
+    for line in notes:
+        if line.startswith("Explanation:"):
+            break
+        if not _INVARIANT_CALL.fullmatch(line):
+            program.append(line)
+    remarks = " (flaky: did not fail on every replay)" if isinstance(error, FlakyFailure) else ""
+    if any("shrink" in str(line) for line in reported):
+        remarks += " (shrinking stopped at its time limit; the program may not be minimal)"
+    return f"{found.detail}{remarks}\n" + "\n".join(program)
 
 
 __all__ = [

@@ -386,14 +386,6 @@ def uint64_table(tmp_path_factory: pytest.TempPathFactory) -> Any:
     return lancedb.connect(str(tmp_path_factory.mktemp("uint64"))).create_table("u", data)
 
 
-def _uint64_corpus(table: Any) -> dict[int, tuple[int, ...]]:
-    data = table.to_arrow()
-    return {
-        i: tuple(t) if None not in t else ()
-        for i, t in zip(data.column("id").to_pylist(), data.column("tokens").to_pylist())
-    }
-
-
 @pytest.mark.parametrize("read_batch_size", [1, 64])
 def test_packing_skips_uint64_tokens_beyond_int64(
     uint64_table: Any, perm_of: Any, read_batch_size: int
@@ -403,7 +395,7 @@ def test_packing_skips_uint64_tokens_beyond_int64(
     bad = frozenset(HUGE) | frozenset(NULL_TOKEN)
     model = iterate_packed(
         tuple(tuple(s) for s in splits),
-        _uint64_corpus(uint64_table),
+        corpus_of(uint64_table),
         Faults(skipped=bad),
         (0, 1),
         PackingConfig(6, 1, 0, 12),
@@ -430,7 +422,7 @@ def test_packing_raises_a_uint64_token_beyond_int64_at_its_turn(uint64_table: An
     splits = perm_of(uint64_table, num_splits=2, filter=flt)
     model = iterate_packed(
         tuple(tuple(s) for s in splits),
-        _uint64_corpus(uint64_table),
+        corpus_of(uint64_table),
         Faults(raising=frozenset({11})),
         (0, 1),
         PackingConfig(6, 1, 0, 40),

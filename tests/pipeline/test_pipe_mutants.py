@@ -114,7 +114,8 @@ def test_a_packed_chunk_reports_the_old_progress_until_its_first_block() -> None
     for i, stream in enumerate(streams):
         lengths = np.array([2, 0, 3], dtype=np.int64)
         values = np.arange(10 * i, 10 * i + int(lengths.sum()), dtype=np.int64)
-        stream.append(values, lengths, np.array([5, 6, 8], dtype=np.int64), EOS)
+        starts = np.cumsum(lengths) - lengths
+        stream.append(values, starts, lengths, np.array([5, 6, 8], dtype=np.int64), EOS)
     progress = PackProgress(streams)
     before = progress.current()
     assert before == [(3, 2, [7, 8], [0]), (1, 2, [], [])]

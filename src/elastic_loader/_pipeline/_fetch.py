@@ -11,6 +11,10 @@
 #   not yet handed to the consumer), and a split is only requested while its
 #   buffered rows (ready + in flight) are below its target. Memory is bounded
 #   by about ``(io_queue_depth + 2)`` units.
+# * A pipeline may read a unit's rows in row-id order (``sorted_reads``): a
+#   LanceDB take of sorted ids skips the reorder copy it otherwise makes. The
+#   unit's ``where`` then maps each of its positions to its row of the batch,
+#   and the consumer gathers in unit order (packing does, while it inserts EOS).
 # * The consumer thread plans and submits units ("pumps"); pool threads only
 #   read (stage 1) and transform (stage 2). A unit's slices are transformed in
 #   parallel and joined in order. A timing hook (tests only) can delay each
@@ -51,10 +55,17 @@ class Segment:
 
 @dataclass
 class Unit:
+    """One read: its segments, and the future of its transformed batch.
+
+    ``where[p]`` is the batch row holding position ``p`` of the unit (``None``:
+    the batch is in unit order).
+    """
+
     number: int
     segments: list[Segment]
     rows: int
     future: Future[Any] = field(repr=False)
+    where: np.ndarray | None = field(default=None, repr=False)
 
 
 class StageError(Exception):
@@ -115,6 +126,7 @@ class Pipeline:
         transform_threads: threads of the transform stage.
         counters: observability counters.
         min_unit_rows: smallest unit worth reading (the read batch size).
+        sorted_reads: read each unit in row-id order (see ``Unit.where``).
         hook: test-only timing hook.
     """
 
@@ -131,6 +143,7 @@ class Pipeline:
         transform_threads: int,
         counters: Counters,
         min_unit_rows: int,
+        sorted_reads: bool = False,
         hook: TimingHook | None = None,
     ) -> None:
         self._reader = reader
@@ -141,6 +154,7 @@ class Pipeline:
         self._depth = io_queue_depth
         self._counters = counters
         self._hook = hook
+        self._sorted = sorted_reads
         self.size = [len(r) for r in split_rows]
         self.head = list(start)
         self.inflight = [0] * len(split_rows)
@@ -211,10 +225,16 @@ class Pipeline:
             self.inflight[s.split] += s.count
         number = self._numbers
         self._numbers += 1
+        where = None
+        if self._sorted:
+            order = np.argsort(ids, kind="stable")
+            ids = ids[order]
+            where = np.empty_like(order)
+            where[order] = np.arange(len(order))
         done: Future[Any] = Future()
         read = self._io.submit(self._read, ids, number)
         read.add_done_callback(lambda f: self._transform(f, done, number))
-        self._pending.append(Unit(number, segments, len(ids), done))
+        self._pending.append(Unit(number, segments, len(ids), done, where))
         self._gauge(unscanned_rows=-len(ids))
         ceiling = self._ceiling or MAX_UNIT_ROWS
         self._unit_rows = max(self._min_rows, min(ceiling, self._unit_rows * 2))

@@ -16,6 +16,10 @@
 # * Progress is exact after every block; inside a chunk it is derived on
 #   demand from the chunk's arrays (fills of a cycle are visible as soon as
 #   its first block is handed out, as in the reference).
+# * Tokens are copied once on their way into a stream: when the stream is next
+#   read, appended documents are gathered from their read batch (in row-id
+#   order) in the split's order, each followed by EOS. Blocks are views of the
+#   stream.
 from __future__ import annotations
 
 import logging
@@ -67,7 +71,8 @@ def make_doc_stage(on_error: str | Callable[[Exception], object], counters: Coun
             )
             for r in np.flatnonzero(per_row):
                 reasons.setdefault(int(r), NULL_TOKENS)
-        values = flat.fill_null(0).to_numpy(zero_copy_only=False)
+        # without nulls the tokens are used in place (fill_null would copy them)
+        values = (flat.fill_null(0) if flat.null_count else flat).to_numpy(zero_copy_only=False)
         if values.dtype == np.uint64 and values.size and values.max() > INT64_MAX:
             per_row = _per_row(values > INT64_MAX, starts, ends)
             for r in np.flatnonzero(per_row):
@@ -110,6 +115,37 @@ def _per_row(flags: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndar
     return result
 
 
+LOOP_MIN_DOC_TOKENS = 256
+"""Mean document size (EOS included) from which documents are copied one slice each."""
+
+
+@dataclass
+class _Fetched:
+    """Documents appended to a stream and not yet copied into it: ``sizes[i] - 1``
+    tokens from ``values[lo[i]]``, then EOS; ``ends`` is ``cumsum(sizes)``."""
+
+    values: np.ndarray
+    lo: np.ndarray
+    sizes: np.ndarray
+    ends: np.ndarray
+    eos: int
+
+    def copy_into(self, out: np.ndarray) -> None:
+        """Write the documents, each followed by EOS, to ``out`` (``ends[-1]`` slots)."""
+        eos_at = self.ends - 1
+        if len(out) >= LOOP_MIN_DOC_TOKENS * len(self.sizes):
+            # long documents: one slice copy each costs less than an index per token
+            values = self.values
+            for lo, size, end in zip(self.lo.tolist(), self.sizes.tolist(), self.ends.tolist()):
+                out[end - size : end - 1] = values[lo : lo + size - 1]
+        elif len(self.values):
+            source = np.repeat(self.lo - (self.ends - self.sizes), self.sizes)
+            source += np.arange(len(out), dtype=np.int64)
+            source[eos_at] = 0  # an EOS slot's index (lo + length) may lie past the end
+            np.take(self.values, source, out=out, mode="clip")  # "raise" would buffer `out`
+        out[eos_at] = self.eos
+
+
 class SplitStream:
     """One owned split's token stream (buffer, then fetched documents)."""
 
@@ -123,7 +159,8 @@ class SplitStream:
         self.emitted = emitted
         self.error: BaseException | None = None
         """The error of the first failing document this split fetched; nothing after it is kept."""
-        self._parts: list[np.ndarray] = []
+        self._parts: list[_Fetched] = []
+        self._part_tokens = 0
         self._part_starts: list[np.ndarray] = []
         self._part_ends: list[np.ndarray] = []
         self._part_positions: list[np.ndarray] = []
@@ -131,29 +168,41 @@ class SplitStream:
         self.fetched_tokens = 0
 
     def _settle(self) -> None:
+        """Copy the appended documents into the stream (each token once)."""
         if not self._parts:
             return
-        self.tokens = np.concatenate([self.tokens, *self._parts])
+        held = len(self.tokens)
+        tokens = np.empty(held + self._part_tokens, dtype=np.int64)
+        tokens[:held] = self.tokens
+        for part in self._parts:
+            part.copy_into(tokens[held : held + int(part.ends[-1])])
+            held += int(part.ends[-1])
+        self.tokens = tokens
         self.starts = np.concatenate([self.starts, *self._part_starts])
         self.ends = np.concatenate([self.ends, *self._part_ends])
         self.positions = np.concatenate([self.positions, *self._part_positions])
         self._parts.clear()
+        self._part_tokens = 0
         self._part_starts.clear()
         self._part_ends.clear()
         self._part_positions.clear()
 
     def stream_len(self) -> int:
-        return len(self.tokens) + sum(len(p) for p in self._parts)
+        return len(self.tokens) + self._part_tokens
 
-    def append(self, values: np.ndarray, lengths: np.ndarray, positions: np.ndarray, eos: int) -> None:
-        """Append documents (flat ``values`` cut by ``lengths``), each followed by EOS."""
+    def append(
+        self, values: np.ndarray, lo: np.ndarray, lengths: np.ndarray, positions: np.ndarray, eos: int
+    ) -> None:
+        """Append documents ``values[lo[i]:lo[i] + lengths[i]]`` in order, each followed by EOS.
+
+        They are copied into the stream when it is next read (``_settle``)."""
         if len(lengths) == 0:
             return
         base = self.stream_len()
         sizes = lengths + 1
         ends = np.cumsum(sizes)
-        out = np.insert(values, np.cumsum(lengths), eos)  # EOS after every document
-        self._parts.append(out)
+        self._parts.append(_Fetched(values, lo, sizes, ends, eos))
+        self._part_tokens += int(ends[-1])
         self._part_starts.append(base + ends - sizes)
         self._part_ends.append(base + ends)
         self._part_positions.append(positions.astype(np.int64))
@@ -225,11 +274,7 @@ def emit_cycles(
         flat_ids = np.full(total, pad, dtype=np.int64)
         flat_ids[: len(tokens)] = tokens
         ids = flat_ids.reshape(k, length)
-    flat_marks = np.zeros(total, dtype=np.int8)
-    flat_marks[stream.starts[stream.starts < total]] = 1
-    marks = flat_marks.reshape(k, length)
-    marks[:, 0] = 0
-    doc_ids = np.cumsum(marks, axis=1, dtype=np.int64)
+    doc_ids = _doc_ids(stream.starts[stream.starts < total], k, length)
     pulled_docs = int(need[-1])
     # advance the stream past the k emitted blocks (empty when the blocks were padded)
     stream.tokens = tokens[total:]
@@ -242,6 +287,23 @@ def emit_cycles(
     return ids, doc_ids, record, pulled_docs
 
 
+def _doc_ids(starts: np.ndarray, k: int, length: int) -> np.ndarray:
+    """``k x length`` doc_ids: in each row, how many document starts lie at offsets 1..j.
+
+    ``starts`` (sorted, below ``k * length``) are the document starts of the
+    flat blocks. The ids are constant between starts and row starts, so each
+    run is written once with ``np.repeat``.
+    """
+    inner = starts[starts % length != 0]  # a start at offset 0 of a row counts for nothing
+    rank = np.arange(1, len(inner) + 1) - np.searchsorted(inner, inner // length * length)
+    points = np.concatenate([np.arange(k, dtype=np.int64) * length, inner])
+    ids = np.concatenate([np.zeros(k, dtype=np.int64), rank])
+    order = np.argsort(points, kind="stable")
+    points = points[order]
+    runs = np.diff(points, append=k * length)
+    return np.repeat(ids[order], runs).reshape(k, length)
+
+
 class PackFeed:
     """Distributes fetched documents to the owned splits' streams."""
 
@@ -252,17 +314,22 @@ class PackFeed:
 
     def distribute(self, unit: Unit, payload: DocPayload) -> None:
         offsets = np.concatenate([[0], np.cumsum(payload.lengths)])
+        where = unit.where
         added = 0
         for seg in unit.segments:
             stream = self.streams[seg.split]
             if stream.error is not None:
                 continue
-            rows = np.arange(seg.offset, seg.offset + seg.count)
+            rows = (
+                np.arange(seg.offset, seg.offset + seg.count)
+                if where is None
+                else where[seg.offset : seg.offset + seg.count]
+            )
             positions = np.arange(seg.first, seg.first + seg.count, dtype=np.int64)
             if payload.bad is not None or payload.skipped is not None:
                 keep = np.ones(seg.count, dtype=bool)
                 for j in range(seg.count):
-                    r = seg.offset + j
+                    r = int(rows[j])
                     if payload.bad is not None and r in payload.bad:
                         stream.error = payload.bad[r]
                         keep[j:] = False
@@ -272,12 +339,7 @@ class PackFeed:
                 rows, positions = rows[keep], positions[keep]
             if len(rows) == 0:
                 continue
-            lo, hi = offsets[rows], offsets[rows + 1]
-            if len(rows) == seg.count:
-                values = payload.values[offsets[seg.offset] : offsets[seg.offset + seg.count]]
-            else:
-                values = np.concatenate([payload.values[a:b] for a, b in zip(lo, hi)])
-            stream.append(values, hi - lo, positions, self.eos)
+            stream.append(payload.values, offsets[rows], payload.lengths[rows], positions, self.eos)
             added += len(rows)
         self.counters.add(ready_rows=added)
 

@@ -790,6 +790,7 @@ class _Live:
             transform_threads=threads,
             counters=counters,
             min_unit_rows=ds._read_batch_size,
+            sorted_reads=True,
             hook=ds._timing_hook,
         )
         holder.append(pipeline)

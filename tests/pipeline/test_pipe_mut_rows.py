@@ -237,7 +237,7 @@ def test_a_chunk_reports_exact_progress_from_its_cut_to_its_end() -> None:
     """Before the first row of a chunk nothing moved; at its end, the counters take over exactly
     the rows handed out, and between two chunks counters plus cursor count them once."""
     progress = RowProgress([3, 5], [4, 9])
-    progress.begin(2, [[10, 11], [20, 22]])  # two cycles: split 0 at 10, 11; split 1 at 20, 22
+    progress.begin([[10, 11], [20, 22]])  # two cycles: split 0 at 10, 11; split 1 at 20, 22
     assert progress.current() == ([3, 5], [4, 9])
     progress.cursor = 3  # both rows of cycle 0, then split 0's row of cycle 1
     assert progress.current() == ([5, 6], [12, 21])
@@ -248,7 +248,7 @@ def test_a_chunk_reports_exact_progress_from_its_cut_to_its_end() -> None:
     assert (stats.consumed_rows, stats.rows_delivered, stats.prefetch_queue_depth) == (3, 3, 1)
     assert stats.consumed_rows + progress.cursor == 3  # what statistics() reports until the next cut
     assert progress.current() == ([5, 6], [12, 21])
-    progress.begin(1, [[30], [31]])
+    progress.begin([[30], [31]])
     assert progress.current() == ([5, 6], [12, 21])
 
 

@@ -236,8 +236,8 @@ class ChunkSplit:
 
 def emit_cycles(
     stream: SplitStream, k: int, length: int, pad: int
-) -> tuple[np.ndarray, np.ndarray, ChunkSplit, int]:
-    """Cut ``k >= 1`` cycles of one split: (input_ids k x L, doc_ids k x L, chunk record, docs pulled).
+) -> tuple[np.ndarray, np.ndarray, ChunkSplit]:
+    """Cut ``k >= 1`` cycles of one split: (input_ids k x L, doc_ids k x L, chunk record).
 
     A split with too few tokens left (it is exhausted) fills its blocks with ``pad``.
     """
@@ -284,7 +284,7 @@ def emit_cycles(
     stream.pulled = max(0, int(pulled[-1]) - total)
     stream.consumed = int(consumed[-1])
     stream.emitted += k
-    return ids, doc_ids, record, pulled_docs
+    return ids, doc_ids, record
 
 
 def _doc_ids(starts: np.ndarray, k: int, length: int) -> np.ndarray:
@@ -482,7 +482,7 @@ def iterate(
         k = min([MAX_CHUNK_CYCLES, budget - streams[0].emitted, *finite])
         cut = []
         for stream in streams:
-            ids, doc_ids, record, _ = emit_cycles(stream, k, length, pad)
+            ids, doc_ids, record = emit_cycles(stream, k, length, pad)
             cut.append((ids, doc_ids, record))
         progress.begin([record for _, _, record in cut], length)
         complete = False

@@ -163,7 +163,8 @@ class RowFeed:
         self.values: list[list[Any]] = [[] for _ in range(n)]
         self.positions: list[list[int]] = [[] for _ in range(n)]
         self.read = [0] * n
-        self.error: list[tuple[int, BaseException] | None] = [None] * n
+        self.error: list[BaseException | None] = [None] * n
+        """Per split: the error of its first failing row; nothing after it is kept."""
 
     def ready(self, i: int) -> int:
         return len(self.values[i]) - self.read[i]
@@ -194,7 +195,7 @@ class RowFeed:
             for j in range(count):
                 k = off + j
                 if errors is not None and k in errors:
-                    self.error[i] = (first + j, errors[k])
+                    self.error[i] = errors[k]
                     break
                 if skipped is not None and k in skipped:
                     continue
@@ -211,12 +212,12 @@ class RowProgress:
         self.samples = samples
         self.positions = positions
         self._lock = threading.Lock()
-        self._chunk: tuple[int, list[list[int]]] | None = None
+        self._chunk: list[list[int]] | None = None  # per split: positions of the chunk's rows
         self.cursor = 0  # rows of the current chunk already handed out
 
-    def begin(self, cycles: int, positions: list[list[int]]) -> None:
+    def begin(self, positions: list[list[int]]) -> None:
         with self._lock:
-            self._chunk = (cycles, positions)
+            self._chunk = positions
             self.cursor = 0
 
     def end(self, counters: Counters) -> None:
@@ -242,7 +243,7 @@ class RowProgress:
     def _current(self) -> tuple[list[int], list[int]]:
         if self._chunk is None:
             return list(self.samples), list(self.positions)
-        _, chunk_positions = self._chunk
+        chunk_positions = self._chunk
         n = len(self.samples)
         full, extra = divmod(self.cursor, n)
         samples, positions = list(self.samples), list(self.positions)
@@ -291,10 +292,10 @@ def iterate(
         """Split ``i`` cannot continue: raise its row's error if it has one (else the epoch is over)."""
         error = feed.error[i]
         if error is not None:
-            raise error[1]
+            raise error
 
     start_samples = list(progress.samples)
-    target = max(start_samples) if start_samples else 0
+    target = max(start_samples)  # an iterator owns at least one split
     lagging = [(c, owned[i], i) for i, c in enumerate(start_samples) if c < target]
     heapq.heapify(lagging)
     while lagging:
@@ -319,7 +320,7 @@ def iterate(
             rows = taken[0][0]
         else:
             rows = list(itertools.chain.from_iterable(zip(*(vals for vals, _ in taken))))
-        progress.begin(k, [pos for _, pos in taken])
+        progress.begin([pos for _, pos in taken])
         try:
             for j, row in enumerate(rows, 1):
                 progress.cursor = j

@@ -4,9 +4,12 @@ The machines (``elastic_loader.testing.machines``) drive an implementation and
 the executable spec side by side and report, per named invariant, whether the
 implementation kept it. The reference is known to break some invariants on
 purpose or by accident (``BEHAVIOR.md`` section 11, the B-ids; the D-ids are our
-recorded deviations): :data:`KNOWN_REFERENCE_VIOLATIONS` pins them per machine,
-so the test fails both when the reference breaks a new invariant and when it
-stops breaking a pinned one. Our pipeline is held to no violations at all.
+recorded deviations). They are pinned once, in the conformance suite's
+:data:`~elastic_loader.testing.conformance.KNOWN_REFERENCE_RESULTS`; the in-process
+machines' run of the reference against that pin is ``tests/test_conformance.py``,
+and here the real-worker-process machine is held to it, so a test fails both when
+the reference breaks a new invariant and when it stops breaking a pinned one. Our
+pipeline is held to no violations at all.
 
 Runs are derandomized so the pinned sets are reproducible; the example counts
 scale with the Hypothesis profile (``ci`` by default, ``deep`` for ``make deep``).
@@ -25,6 +28,7 @@ from hypothesis import HealthCheck, settings
 
 import elastic_loader
 from elastic_loader.testing.adapters import implementation_from_module
+from elastic_loader.testing.conformance import known_violations
 from elastic_loader.testing.machines import (
     CHECKED,
     DifferentialMachine,
@@ -45,25 +49,17 @@ from elastic_loader.testing.tables import (
 
 REFERENCE = "lancedb.streaming"
 
-B1 = "B1/D1: in-process snapshots report the iterator's own minimum for splits it does not own"
-KNOWN_REFERENCE_VIOLATIONS: dict[type[DifferentialMachine], dict[str, str]] = {
-    RowMachine: {
-        "HonestProgressInv": B1,
-        "SkipAccountingInv": B1 + " (as positions = samples, ignoring skipped rows)",
-        "MergeExactProp": B1 + ", so merging overstates the lagging ranks",
-        "ConsumerCommitProp": B1 + " (StreamingDataLoader with num_workers=0 commits them)",
-        "ResumeEquivalenceProp": B1 + ", so resuming a merged checkpoint skips rows",
-        "ExactlyOnceProp": B1 + ", so rows of lagging splits are never delivered",
-        "ElasticDeterminismProp": B1 + ", so later global steps miss rows",
-        "CheckpointRoundTripInv": "B2/D2: row-mode load_state_dict accepts a checkpoint of another epoch",
-        "RaisePositionProp": "B9/D7: a raising row fails its whole read batch and surfaces early",
-    },
-    PackedMachine: {
-        "CheckpointRoundTripInv": "D9: pack_buffers keeps empty buffers (not the canonical form)",
-        "RaisePositionProp": "B9/D7: a null token list fails its whole read batch and surfaces early",
-    },
-    ProcessMachine: {},
+MACHINE_KEYS: dict[type[DifferentialMachine], str] = {
+    RowMachine: "row",
+    PackedMachine: "packed",
+    ProcessMachine: "process",
 }
+
+
+def pinned(machine: type[DifferentialMachine]) -> dict[str, str]:
+    """The reference's known violations on ``machine``, from the conformance suite's one pin list."""
+    return known_violations(MACHINE_KEYS[machine])
+
 
 PIPELINE_MISSING = not hasattr(elastic_loader, "StreamingDataset")
 
@@ -84,8 +80,6 @@ def _settings(examples: int, steps: int) -> settings:
 
 
 FAST = _settings(60, 25)
-REFERENCE_RUNS = _settings(100, 25)
-"""More examples for the reference: some pinned violations need a five-step chain to show."""
 PROCESSES = _settings(2, 2)
 
 
@@ -114,16 +108,6 @@ def _check_pinned(results: Mapping[str, str | None], pinned: Mapping[str, str]) 
     assert not lines, "\n\n".join(lines)
 
 
-@pytest.mark.parametrize("machine", [RowMachine, PackedMachine], ids=lambda m: m.__name__)
-def test_reference_violates_exactly_the_known_invariants(
-    machine: type[DifferentialMachine], tables: TableCache
-) -> None:
-    results = check_invariants(
-        machine, implementation_from_module(REFERENCE), tables, settings_=REFERENCE_RUNS, shrink=False
-    )
-    _check_pinned(results, KNOWN_REFERENCE_VIOLATIONS[machine])
-
-
 def test_a_violation_shrinks_to_a_replayable_program(tables: TableCache) -> None:
     """B1 shrinks to a short program: two ranks, one consumes, one checkpoint."""
     results = check_invariants(
@@ -148,7 +132,7 @@ def test_reference_with_real_worker_processes(tables: TableCache) -> None:
     results = check_invariants(
         ProcessMachine, implementation_from_module(REFERENCE), tables, settings_=PROCESSES, shrink=False
     )
-    _check_pinned(results, KNOWN_REFERENCE_VIOLATIONS[ProcessMachine])
+    _check_pinned(results, pinned(ProcessMachine))
 
 
 @pytest.mark.skipif(PIPELINE_MISSING, reason="elastic_loader.StreamingDataset is not implemented yet")

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from . import __version__
+from .testing import defaults
 
 if TYPE_CHECKING:
     from tqdm import tqdm
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
     from .testing.conformance import ProgressEvent
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-MACHINE_NAMES = ("row", "packed", "process")
+MACHINE_NAMES = defaults.MACHINES
 
 
 def _machines(text: str) -> tuple[str, ...]:
@@ -89,30 +90,45 @@ def _parser() -> argparse.ArgumentParser:
         type=_machines,
         default=MACHINE_NAMES,
         metavar="LIST",
-        help="machines to run, comma-separated (default: row,packed,process)",
+        help=f"machines to run, comma-separated (default: {','.join(defaults.MACHINES)})",
     )
     conf.add_argument(
-        "--examples", type=_positive, default=60, metavar="N", help="examples per in-process machine (60)"
+        "--examples",
+        type=_positive,
+        default=defaults.EXAMPLES,
+        metavar="N",
+        help=f"examples per in-process machine ({defaults.EXAMPLES})",
     )
-    conf.add_argument("--steps", type=_positive, default=25, metavar="N", help="steps per example (25)")
+    conf.add_argument(
+        "--steps",
+        type=_positive,
+        default=defaults.STEPS,
+        metavar="N",
+        help=f"steps per example ({defaults.STEPS})",
+    )
     conf.add_argument(
         "--process-examples",
         type=_positive,
-        default=2,
+        default=defaults.PROCESS_EXAMPLES,
         metavar="N",
-        help="examples of the process machine, which starts worker processes in every step (2)",
+        help="examples of the process machine, which starts worker processes in every step "
+        f"({defaults.PROCESS_EXAMPLES})",
     )
     conf.add_argument(
-        "--process-steps", type=_positive, default=3, metavar="N", help="steps per process example (3)"
+        "--process-steps",
+        type=_positive,
+        default=defaults.PROCESS_STEPS,
+        metavar="N",
+        help=f"steps per process example ({defaults.PROCESS_STEPS})",
     )
     conf.add_argument("--seed", type=int, metavar="N", help="Hypothesis seed (default: derandomized)")
     conf.add_argument("--no-shrink", action="store_true", help="report violations without shrinking them")
     conf.add_argument(
         "--shrink-seconds",
         type=_positive,
-        default=60,
+        default=defaults.SHRINK_SECONDS,
         metavar="S",
-        help="stop shrinking one violation after S seconds (60)",
+        help=f"stop shrinking one violation after S seconds ({defaults.SHRINK_SECONDS})",
     )
     conf.add_argument("--no-vectors", action="store_true", help="skip the JSON vectors")
     conf.add_argument(

@@ -90,6 +90,7 @@ from ..spec import (
 )
 from ..spec.invariants import INVARIANT_NAMES, InvariantViolation
 from ..spec.params import CALLABLE, Params
+from . import defaults
 from .adapters import DatasetLike, Implementation, implementation_from_module
 from .machines import (
     CHECKED,
@@ -157,7 +158,7 @@ MACHINES: Mapping[str, type[DifferentialMachine]] = {
 }
 """The state machines by CLI name: row mode and packing in process, and real spawned workers."""
 
-DEFAULT_MACHINES: tuple[str, ...] = ("row", "packed", "process")
+DEFAULT_MACHINES: tuple[str, ...] = defaults.MACHINES
 
 _PACKING_ONLY = frozenset({"PackingConservationInv", "DocIdsInv", "AutoBudgetInv", "PackingBudgetProp"})
 
@@ -719,11 +720,11 @@ def _counted(machine: type[DifferentialMachine], ticker: _Ticker) -> type[Differ
 
 
 def conformance_settings(
-    examples: int = 60,
-    steps: int = 25,
+    examples: int = defaults.EXAMPLES,
+    steps: int = defaults.STEPS,
     *,
-    process_examples: int = 2,
-    process_steps: int = 3,
+    process_examples: int = defaults.PROCESS_EXAMPLES,
+    process_steps: int = defaults.PROCESS_STEPS,
 ) -> dict[str, Settings]:
     """Per-machine Hypothesis settings: ``examples`` x ``steps`` for the in-process machines.
 
@@ -852,7 +853,7 @@ def run_conformance(
     machines: Sequence[str] = DEFAULT_MACHINES,
     tables_dir: Path | str | None = None,
     shrink: bool = True,
-    shrink_seconds: int | None = 60,
+    shrink_seconds: int | None = defaults.SHRINK_SECONDS,
     seed: int | None = None,
     vectors: bool = True,
     vectors_dir: Path | str | None = None,

@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from . import defaults
+
 if TYPE_CHECKING:
     from _pytest._code.code import ExceptionInfo, TerminalRepr
 
@@ -52,28 +54,38 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--elastic-loader-machines",
-        default="row,packed,process",
+        default=",".join(defaults.MACHINES),
         metavar="LIST",
-        help="state machines to run (default: row,packed,process)",
+        help=f"state machines to run (default: {','.join(defaults.MACHINES)})",
     )
-    group.addoption("--elastic-loader-examples", type=int, default=60, metavar="N", help="examples (60)")
     group.addoption(
-        "--elastic-loader-steps", type=int, default=25, metavar="N", help="steps per example (25)"
+        "--elastic-loader-examples",
+        type=int,
+        default=defaults.EXAMPLES,
+        metavar="N",
+        help=f"examples ({defaults.EXAMPLES})",
+    )
+    group.addoption(
+        "--elastic-loader-steps",
+        type=int,
+        default=defaults.STEPS,
+        metavar="N",
+        help=f"steps per example ({defaults.STEPS})",
     )
     group.addoption(
         "--elastic-loader-process-examples",
         type=int,
-        default=2,
+        default=defaults.PROCESS_EXAMPLES,
         metavar="N",
-        help="examples of the worker-process machine (2)",
+        help=f"examples of the worker-process machine ({defaults.PROCESS_EXAMPLES})",
     )
     group.addoption("--elastic-loader-seed", type=int, default=None, metavar="N", help="Hypothesis seed")
     group.addoption(
         "--elastic-loader-shrink-seconds",
         type=int,
-        default=60,
+        default=defaults.SHRINK_SECONDS,
         metavar="S",
-        help="stop shrinking one violation after S seconds (60)",
+        help=f"stop shrinking one violation after S seconds ({defaults.SHRINK_SECONDS})",
     )
     group.addoption("--elastic-loader-no-shrink", action="store_true", help="do not shrink violations")
     group.addoption("--elastic-loader-no-vectors", action="store_true", help="skip the JSON vectors")

@@ -23,6 +23,8 @@ import pyarrow as pa
 import pytest
 from lancedb.permutation import permutation_builder
 
+from elastic_loader.spec.packing import PackBuffer, PackedState
+
 TOKEN_BASE = 1000
 MULTI_FRAGMENTS = (50, 30, 60, 20, 40)  # rows per append: 200 rows in 5 fragments
 NULL_LISTS = frozenset({7, 22, 41})  # ids whose token list is null in the null table
@@ -148,3 +150,21 @@ def perm_of() -> Callable[..., list[list[int]]]:
 def tokens_of() -> Callable[[int], list[int]]:
     """:func:`document_tokens` as a fixture."""
     return document_tokens
+
+
+def spec_packed_state(checkpoint: dict[str, Any]) -> PackedState:
+    """A packed checkpoint as the spec's state; every buffer kept, so a stray empty one shows."""
+    return PackedState(
+        tuple(checkpoint["samples_consumed_per_split"]),
+        tuple(checkpoint["blocks_emitted_per_split"]),
+        {
+            int(k): PackBuffer(tuple(v["tokens"]), tuple(v["starts"]))
+            for k, v in checkpoint["pack_buffers"].items()
+        },
+    )
+
+
+@pytest.fixture(scope="session")
+def packed_state_of() -> Callable[[dict[str, Any]], PackedState]:
+    """:func:`spec_packed_state` as a fixture."""
+    return spec_packed_state

@@ -24,7 +24,7 @@ from elastic_loader import StreamingDataset
 from elastic_loader._pipeline import _fetch, _packing
 from elastic_loader._pipeline._packing import LOOP_MIN_DOC_TOKENS, _Fetched
 from elastic_loader.spec import Faults, PackingConfig, iterate_packed
-from elastic_loader.spec.packing import PackBuffer, PackedState
+from elastic_loader.spec.packing import PackedState
 
 EOS, PAD = -1, -2
 
@@ -147,19 +147,6 @@ def long_docs(tmp_path_factory: pytest.TempPathFactory) -> Any:
     return db.create_table("long_docs", data)
 
 
-def _state(checkpoint: dict[str, Any]) -> PackedState:
-    buffers = {
-        int(k): PackBuffer(tuple(v["tokens"]), tuple(v["starts"]))
-        for k, v in checkpoint["pack_buffers"].items()
-        if v["tokens"]
-    }
-    return PackedState(
-        tuple(checkpoint["samples_consumed_per_split"]),
-        tuple(checkpoint["blocks_emitted_per_split"]),
-        buffers,
-    )
-
-
 def _dataset(table: Any, num_splits: int, budget: int, **kwargs: Any) -> StreamingDataset:
     return StreamingDataset(
         table,
@@ -177,7 +164,12 @@ def _dataset(table: Any, num_splits: int, budget: int, **kwargs: Any) -> Streami
 @pytest.mark.parametrize("read_batch_size", [1, 5, 256])
 @pytest.mark.parametrize("num_splits", [1, 2, 3])
 def test_long_documents_pack_as_the_spec_packs_them(
-    long_docs: Any, perm_of: Any, monkeypatch: pytest.MonkeyPatch, num_splits: int, read_batch_size: int
+    long_docs: Any,
+    perm_of: Any,
+    packed_state_of: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    num_splits: int,
+    read_batch_size: int,
 ) -> None:
     """Blocks, doc_ids and the checkpoint at every step equal the spec's (null documents skipped)."""
     if read_batch_size == 1:
@@ -204,7 +196,7 @@ def test_long_documents_pack_as_the_spec_packs_them(
         assert tuple(block["input_ids"].tolist()) == expected.input_ids, k
         assert tuple(block["doc_ids"].tolist()) == expected.doc_ids, k
         if (k + 1) % num_splits == 0:
-            assert _state(ds.state_dict()) == model.state_after(k + 1), k
+            assert packed_state_of(ds.state_dict()) == model.state_after(k + 1), k
     assert list(it) == []
     assert ds.statistics().rows_skipped == len(skipped)
 

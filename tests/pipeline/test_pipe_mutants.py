@@ -23,7 +23,7 @@ from elastic_loader._pipeline import _fetch, _packing, _rows
 from elastic_loader._pipeline._packing import PackProgress, SplitStream, emit_cycles
 from elastic_loader._pipeline._stats import Counters
 from elastic_loader.spec import Faults, PackingConfig, RowState, iterate_packed, iterate_rows
-from elastic_loader.spec.packing import PackBuffer, PackedState
+from elastic_loader.spec.packing import PackedState
 
 EOS, PAD = -1, -2
 
@@ -34,18 +34,6 @@ def corpus_of(table: Any) -> dict[int, tuple[int, ...]]:
         i: () if t is None or None in t else tuple(t)
         for i, t in zip(data.column("id").to_pylist(), data.column("tokens").to_pylist())
     }
-
-
-def packed_state(checkpoint: dict[str, Any]) -> PackedState:
-    buffers = {
-        int(k): PackBuffer(tuple(v["tokens"]), tuple(v["starts"]))
-        for k, v in checkpoint["pack_buffers"].items()
-    }
-    return PackedState(
-        tuple(checkpoint["samples_consumed_per_split"]),
-        tuple(checkpoint["blocks_emitted_per_split"]),
-        buffers,
-    )
 
 
 def block_key(block: dict[str, Any]) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -76,7 +64,16 @@ def units(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> st
 
 @pytest.mark.parametrize(("s", "w", "r", "length", "budget", "batch"), PACKED_CASES)
 def test_packed_state_at_every_step_matches_the_spec(
-    multi_table: Any, perm_of: Any, units: str, s: int, w: int, r: int, length: int, budget: int, batch: int
+    multi_table: Any,
+    perm_of: Any,
+    packed_state_of: Any,
+    units: str,
+    s: int,
+    w: int,
+    r: int,
+    length: int,
+    budget: int,
+    batch: int,
 ) -> None:
     """Checkpoints taken between steps inside a chunk (buffers, document starts at offset 0, counts)."""
     perm = tuple(tuple(split) for split in perm_of(multi_table, num_splits=s))
@@ -100,12 +97,12 @@ def test_packed_state_at_every_step_matches_the_spec(
     it = iter(ds)
     for k, expected in enumerate(model.blocks):
         if k % len(owned) == 0:
-            assert packed_state(ds.state_dict()) == model.state_after(k), k
+            assert packed_state_of(ds.state_dict()) == model.state_after(k), k
         block = next(it)
         assert block_key(block) == (expected.input_ids, expected.doc_ids), k
         assert block["input_ids"].dtype == block["doc_ids"].dtype == torch.int64
     assert list(it) == []
-    assert packed_state(ds.state_dict()) == model.state_after(len(model.blocks))
+    assert packed_state_of(ds.state_dict()) == model.state_after(len(model.blocks))
 
 
 def test_a_packed_chunk_reports_the_old_progress_until_its_first_block() -> None:

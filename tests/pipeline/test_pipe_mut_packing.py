@@ -47,19 +47,6 @@ def _corpus() -> dict[int, tuple[int, ...]]:
     return {i: tuple(_document(i)) for i in range(70)}
 
 
-def _state(checkpoint: dict[str, Any]) -> PackedState:
-    buffers = {
-        int(k): PackBuffer(tuple(v["tokens"]), tuple(v["starts"]))
-        for k, v in checkpoint["pack_buffers"].items()
-        if v["tokens"]
-    }
-    return PackedState(
-        tuple(checkpoint["samples_consumed_per_split"]),
-        tuple(checkpoint["blocks_emitted_per_split"]),
-        buffers,
-    )
-
-
 def _dataset(table: Any, num_splits: int, budget: int, **kwargs: Any) -> StreamingDataset:
     return StreamingDataset(
         table,
@@ -77,6 +64,7 @@ def _dataset(table: Any, num_splits: int, budget: int, **kwargs: Any) -> Streami
 @pytest.mark.parametrize("read_batch_size", [1, 5, 256])
 @pytest.mark.parametrize("num_splits", [1, 2, 3])
 def test_state_and_counters_after_every_block_match_the_spec(
+    packed_state_of: Any,
     short_docs: Any,
     perm_of: Any,
     monkeypatch: pytest.MonkeyPatch,
@@ -105,12 +93,12 @@ def test_state_and_counters_after_every_block_match_the_spec(
         if (k + 1) % num_splits:
             continue  # packed checkpoints exist at step boundaries only
         state = model.state_after(k + 1)
-        assert _state(ds.state_dict()) == state, k
+        assert packed_state_of(ds.state_dict()) == state, k
         if num_splits == 1:
             assert ds.consumed_rows == sum(state.consumed), k
             assert ds.statistics().rows_delivered == sum(state.consumed), k
     assert list(it) == []
-    assert _state(ds.state_dict()) == model.state_after(len(model.blocks))
+    assert packed_state_of(ds.state_dict()) == model.state_after(len(model.blocks))
 
 
 def test_resuming_from_every_block_continues_exactly(short_docs: Any, perm_of: Any) -> None:
@@ -185,7 +173,7 @@ def test_skip_mode_does_not_log(null_docs: Any, caplog: pytest.LogCaptureFixture
 @pytest.mark.parametrize("budget", [1, 30])
 @pytest.mark.parametrize("starts", [(0, 5, 8), (0, 4, 8), (2, 3, 4, 9), ()])
 def test_a_loaded_buffer_longer_than_a_block_is_cut_as_the_spec_cuts_it(
-    short_docs: Any, perm_of: Any, starts: tuple[int, ...], budget: int
+    packed_state_of: Any, short_docs: Any, perm_of: Any, starts: tuple[int, ...], budget: int
 ) -> None:
     """A checkpoint (from any conforming implementation) may hold a buffer of several blocks, with
     documents starting anywhere in it, at a block boundary included: every later state keeps
@@ -199,15 +187,15 @@ def test_a_loaded_buffer_longer_than_a_block_is_cut_as_the_spec_cuts_it(
     checkpoint["samples_consumed_per_split"] = [5]
     checkpoint["pack_buffers"] = {0: {"tokens": list(tokens), "starts": list(starts)}}
     ds.load_state_dict(checkpoint)
-    assert _state(ds.state_dict()) == loaded
+    assert packed_state_of(ds.state_dict()) == loaded
     it = iter(ds)
     for k, expected in enumerate(model.blocks):
         block = next(it)
         assert tuple(block["input_ids"].tolist()) == expected.input_ids, k
         assert tuple(block["doc_ids"].tolist()) == expected.doc_ids, k
-        assert _state(ds.state_dict()) == model.state_after(k + 1), k
+        assert packed_state_of(ds.state_dict()) == model.state_after(k + 1), k
     assert list(it) == []
-    assert _state(ds.state_dict()) == model.state_after(len(model.blocks))
+    assert packed_state_of(ds.state_dict()) == model.state_after(len(model.blocks))
 
 
 @pytest.fixture

@@ -77,7 +77,7 @@ def make_doc_stage(on_error: str | Callable[[Exception], object], counters: Coun
             per_row = _per_row(values > INT64_MAX, starts, ends)
             for r in np.flatnonzero(per_row):
                 reasons.setdefault(int(r), TOO_LARGE)
-            values = np.where(values > INT64_MAX, 0, values)
+        # too-large tokens wrap here, but only in flagged documents, which are never emitted
         values = values.astype(np.int64, copy=False)
         bad: dict[int, BaseException] = {}
         skipped: set[int] = set()
@@ -141,8 +141,9 @@ class _Fetched:
         elif len(self.values):
             source = np.repeat(self.lo - (self.ends - self.sizes), self.sizes)
             source += np.arange(len(out), dtype=np.int64)
-            source[eos_at] = 0  # an EOS slot's index (lo + length) may lie past the end
-            np.take(self.values, source, out=out, mode="clip")  # "raise" would buffer `out`
+            # an EOS slot's index (lo + length) may lie past the end: "clip" keeps it in range
+            # (the slot is overwritten below), and "raise" would buffer `out`
+            np.take(self.values, source, out=out, mode="clip")
         out[eos_at] = self.eos
 
 
@@ -298,7 +299,7 @@ def _doc_ids(starts: np.ndarray, k: int, length: int) -> np.ndarray:
     rank = np.arange(1, len(inner) + 1) - np.searchsorted(inner, inner // length * length)
     points = np.concatenate([np.arange(k, dtype=np.int64) * length, inner])
     ids = np.concatenate([np.zeros(k, dtype=np.int64), rank])
-    order = np.argsort(points, kind="stable")
+    order = np.argsort(points)  # the points are distinct
     points = points[order]
     runs = np.diff(points, append=k * length)
     return np.repeat(ids[order], runs).reshape(k, length)
@@ -315,16 +316,13 @@ class PackFeed:
     def distribute(self, unit: Unit, payload: DocPayload) -> None:
         offsets = np.concatenate([[0], np.cumsum(payload.lengths)])
         where = unit.where
+        assert where is not None  # packing reads every unit in row-id order
         added = 0
         for seg in unit.segments:
             stream = self.streams[seg.split]
             if stream.error is not None:
                 continue
-            rows = (
-                np.arange(seg.offset, seg.offset + seg.count)
-                if where is None
-                else where[seg.offset : seg.offset + seg.count]
-            )
+            rows = where[seg.offset : seg.offset + seg.count]
             positions = np.arange(seg.first, seg.first + seg.count, dtype=np.int64)
             if payload.bad is not None or payload.skipped is not None:
                 keep = np.ones(seg.count, dtype=bool)

@@ -12,7 +12,7 @@
 #   buffered rows (ready + in flight) are below its target. Memory is bounded
 #   by about ``(io_queue_depth + 2)`` units.
 # * A pipeline may read a unit's rows in row-id order (``sorted_reads``): a
-#   LanceDB take of sorted ids skips the reorder copy it otherwise makes. The
+#   LanceDB take of sorted ids has no rows to put back in order, so it is faster. The
 #   unit's ``where`` then maps each of its positions to its row of the batch,
 #   and the consumer gathers in unit order (packing does, while it inserts EOS).
 # * The consumer thread plans and submits units ("pumps"); pool threads only

@@ -88,7 +88,7 @@ from ..spec import (
     snapshot_packed,
     snapshot_row,
 )
-from ..spec.invariants import INVARIANT_NAMES, InvariantViolation
+from ..spec.invariants import INVARIANT_NAMES
 from ..spec.params import CALLABLE, Params
 from . import defaults
 from .adapters import DatasetLike, Implementation, implementation_from_module
@@ -100,6 +100,7 @@ from .machines import (
     RowMachine,
     _search_enforcing,
     _shrunk_counterexample,
+    _violation,
     check_invariants,
 )
 from .tables import TOKEN_COLUMN, TableCache, TableKey
@@ -966,23 +967,6 @@ def run_conformance(
     )
 
 
-def _find_violation(error: BaseException | None, seen: set[int] | None = None) -> InvariantViolation | None:
-    """The :class:`InvariantViolation` inside ``error`` (grouped, as its cause, or as its context)."""
-    seen = set() if seen is None else seen
-    if error is None or id(error) in seen:
-        return None
-    seen.add(id(error))
-    if isinstance(error, InvariantViolation):
-        return error
-    inner: list[BaseException | None] = list(getattr(error, "exceptions", None) or ())
-    inner += [error.__cause__, error.__context__]
-    for candidate in inner:
-        found = _find_violation(candidate, seen)
-        if found is not None:
-            return found
-    return None
-
-
 def _shrink_one(
     machine: type[DifferentialMachine],
     implementation: Implementation,
@@ -1006,7 +990,7 @@ def _shrink_one(
     try:
         _search_enforcing(machine, implementation, tables, name, base, seconds, reported)
     except Exception as error:
-        found = _find_violation(error)
+        found = _violation(error)
         if found is None:
             raise
         if isinstance(error, FlakyStrategyDefinition):

@@ -1711,15 +1711,20 @@ def _shrink_limit(seconds: int | None) -> Iterator[None]:
 _INVARIANT_CALL = re.compile(r"state\.[A-Z][A-Za-z]*(Inv|Prop)\(\)")
 
 
-def _violation(error: BaseException) -> inv.InvariantViolation | None:
+def _violation(error: BaseException | None, seen: set[int] | None = None) -> inv.InvariantViolation | None:
+    """The :class:`InvariantViolation` inside ``error`` (grouped, as its cause, or as its context)."""
+    seen = set() if seen is None else seen
+    if error is None or id(error) in seen:
+        return None
+    seen.add(id(error))
     if isinstance(error, inv.InvariantViolation):
         return error
-    inner_errors = getattr(error, "exceptions", None)
-    if isinstance(inner_errors, tuple):
-        for inner in inner_errors:
-            found = _violation(inner)
-            if found is not None:
-                return found
+    inner: list[BaseException | None] = list(getattr(error, "exceptions", None) or ())
+    inner += [error.__cause__, error.__context__]
+    for candidate in inner:
+        found = _violation(candidate, seen)
+        if found is not None:
+            return found
     return None
 
 

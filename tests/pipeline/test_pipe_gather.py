@@ -35,7 +35,8 @@ def _fetched(docs: list[list[int]], picks: list[int]) -> _Fetched:
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     values = np.array([t for d in docs for t in d], dtype=np.int64)
     sizes = lengths[picks] + 1
-    return _Fetched(values, offsets[:-1][picks], sizes, np.cumsum(sizes), EOS)
+    positions = np.arange(len(picks), dtype=np.int64)
+    return _Fetched(values, offsets[:-1][picks], sizes, np.cumsum(sizes), positions, EOS)
 
 
 def _expected(docs: list[list[int]], picks: list[int]) -> list[int]:

@@ -47,6 +47,7 @@ TOO_LARGE = "token value does not fit in int64"
 @dataclass
 class DocPayload:
     values: np.ndarray  # flat tokens of every row (bad rows included, null lists empty)
+    starts: np.ndarray  # where each row's tokens begin in values
     lengths: np.ndarray  # tokens per row
     bad: dict[int, BaseException] | None  # rows that raise
     skipped: set[int] | None  # rows dropped
@@ -99,7 +100,7 @@ def make_doc_stage(on_error: str | Callable[[Exception], object], counters: Coun
                     dropped[0],
                 )
         counters.add(transform_ns=time.perf_counter_ns() - t0)
-        return DocPayload(values, lengths, bad or None, skipped or None)
+        return DocPayload(values, starts, lengths, bad or None, skipped or None)
 
     def combine(parts: list[tuple[int, DocPayload]]) -> DocPayload:
         assert len(parts) == 1, "packing transforms a unit as one slice"
@@ -122,12 +123,14 @@ LOOP_MIN_DOC_TOKENS = 256
 @dataclass
 class _Fetched:
     """Documents appended to a stream and not yet copied into it: ``sizes[i] - 1``
-    tokens from ``values[lo[i]]``, then EOS; ``ends`` is ``cumsum(sizes)``."""
+    tokens from ``values[lo[i]]``, then EOS; ``ends`` is ``cumsum(sizes)``, and
+    ``positions`` are the documents' split positions."""
 
     values: np.ndarray
     lo: np.ndarray
     sizes: np.ndarray
     ends: np.ndarray
+    positions: np.ndarray
     eos: int
 
     def copy_into(self, out: np.ndarray) -> None:
@@ -162,9 +165,6 @@ class SplitStream:
         """The error of the first failing document this split fetched; nothing after it is kept."""
         self._parts: list[_Fetched] = []
         self._part_tokens = 0
-        self._part_starts: list[np.ndarray] = []
-        self._part_ends: list[np.ndarray] = []
-        self._part_positions: list[np.ndarray] = []
         self.fetched_docs = 0
         self.fetched_tokens = 0
 
@@ -175,18 +175,19 @@ class SplitStream:
         held = len(self.tokens)
         tokens = np.empty(held + self._part_tokens, dtype=np.int64)
         tokens[:held] = self.tokens
+        starts, ends = [self.starts], [self.ends]
         for part in self._parts:
-            part.copy_into(tokens[held : held + int(part.ends[-1])])
-            held += int(part.ends[-1])
+            size = int(part.ends[-1])
+            part.copy_into(tokens[held : held + size])
+            starts.append(held + part.ends - part.sizes)
+            ends.append(held + part.ends)
+            held += size
         self.tokens = tokens
-        self.starts = np.concatenate([self.starts, *self._part_starts])
-        self.ends = np.concatenate([self.ends, *self._part_ends])
-        self.positions = np.concatenate([self.positions, *self._part_positions])
+        self.starts = np.concatenate(starts)
+        self.ends = np.concatenate(ends)
+        self.positions = np.concatenate([self.positions, *(part.positions for part in self._parts)])
         self._parts.clear()
         self._part_tokens = 0
-        self._part_starts.clear()
-        self._part_ends.clear()
-        self._part_positions.clear()
 
     def stream_len(self) -> int:
         return len(self.tokens) + self._part_tokens
@@ -199,14 +200,10 @@ class SplitStream:
         They are copied into the stream when it is next read (``_settle``)."""
         if len(lengths) == 0:
             return
-        base = self.stream_len()
         sizes = lengths + 1
         ends = np.cumsum(sizes)
-        self._parts.append(_Fetched(values, lo, sizes, ends, eos))
+        self._parts.append(_Fetched(values, lo, sizes, ends, positions.astype(np.int64), eos))
         self._part_tokens += int(ends[-1])
-        self._part_starts.append(base + ends - sizes)
-        self._part_ends.append(base + ends)
-        self._part_positions.append(positions.astype(np.int64))
         self.fetched_docs += len(lengths)
         self.fetched_tokens += int(ends[-1])
 
@@ -314,7 +311,6 @@ class PackFeed:
         self.counters = counters
 
     def distribute(self, unit: Unit, payload: DocPayload) -> None:
-        offsets = np.concatenate([[0], np.cumsum(payload.lengths)])
         where = unit.where
         assert where is not None  # packing reads every unit in row-id order
         added = 0
@@ -337,7 +333,7 @@ class PackFeed:
                 rows, positions = rows[keep], positions[keep]
             if len(rows) == 0:
                 continue
-            stream.append(payload.values, offsets[rows], payload.lengths[rows], positions, self.eos)
+            stream.append(payload.values, payload.starts[rows], payload.lengths[rows], positions, self.eos)
             added += len(rows)
         self.counters.add(ready_rows=added)
 

@@ -3,28 +3,20 @@
 A packed pipeline reads each unit's rows sorted by row id (``Unit.where`` maps them back) and
 copies every document, followed by EOS, into its split's stream in one of two ways: one slice
 per document when documents are long, one vectorized index pass when they are short. Both ways
-are checked here against a plain Python construction, and whole epochs of long documents (the
-slice path, which the short-document tables elsewhere never reach) against the executable spec.
+are checked here against a plain Python construction; whole epochs of long documents (the slice
+path) are compared with the executable spec in test_pipe_mut_packing.py.
 """
 
 from __future__ import annotations
 
-import itertools
-import random
-from typing import Any
-
-import lancedb
 import numpy as np
 import pyarrow as pa
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from elastic_loader import StreamingDataset
 from elastic_loader._pipeline import _fetch, _packing
 from elastic_loader._pipeline._packing import LOOP_MIN_DOC_TOKENS, _Fetched
-from elastic_loader.spec import Faults, PackingConfig, iterate_packed
-from elastic_loader.spec.packing import PackedState
 
 EOS, PAD = -1, -2
 
@@ -116,101 +108,3 @@ def test_a_sorted_read_maps_every_position_back_to_its_row() -> None:
     assert seen[0].tolist() == [1, 2, 4, 7, 8, 9]
     assert unit.where is not None
     assert rows[unit.where].tolist() == [9, 2, 7, 4, 8, 1]
-
-
-# ---------------------------------------------------------------- whole epochs of long documents
-
-LENGTH = 512
-DOCS = 48
-
-
-def _long_corpus() -> dict[int, list[int] | None]:
-    """Lengths 0..1400 tokens (mean well above the slice threshold); three documents are null."""
-    rng = random.Random(5)
-    corpus: dict[int, list[int] | None] = {
-        i: [10_000 * i + j for j in range(rng.choice([0, 1, 300, 511, 700, 1400]))] for i in range(DOCS)
-    }
-    for bad in (3, 17, 40):
-        corpus[bad] = None
-    return corpus
-
-
-@pytest.fixture(scope="module")
-def long_docs(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    db = lancedb.connect(str(tmp_path_factory.mktemp("long_docs")))
-    corpus = _long_corpus()
-    data = pa.table(
-        {
-            "id": pa.array(range(DOCS), pa.int64()),
-            "tokens": pa.array([corpus[i] for i in range(DOCS)], pa.list_(pa.int64())),
-        }
-    )
-    return db.create_table("long_docs", data)
-
-
-def _dataset(table: Any, num_splits: int, budget: int, **kwargs: Any) -> StreamingDataset:
-    return StreamingDataset(
-        table,
-        num_splits=num_splits,
-        columns=["tokens"],
-        pack_sequences=LENGTH,
-        eos_id=EOS,
-        pad_id=PAD,
-        blocks_per_epoch=budget,
-        on_transform_error="skip",
-        **kwargs,
-    )
-
-
-@pytest.mark.parametrize("read_batch_size", [1, 5, 256])
-@pytest.mark.parametrize("num_splits", [1, 2, 3])
-def test_long_documents_pack_as_the_spec_packs_them(
-    long_docs: Any,
-    perm_of: Any,
-    packed_state_of: Any,
-    monkeypatch: pytest.MonkeyPatch,
-    num_splits: int,
-    read_batch_size: int,
-) -> None:
-    """Blocks, doc_ids and the checkpoint at every step equal the spec's (null documents skipped)."""
-    if read_batch_size == 1:
-        monkeypatch.setattr(_fetch, "MAX_UNIT_ROWS", 3)
-    corpus = _long_corpus()
-    tokens = {i: tuple(d or ()) for i, d in corpus.items()}
-    skipped = frozenset(i for i, d in corpus.items() if d is None)
-    total = sum(len(d) + 1 for d in corpus.values() if d is not None)
-    budget = num_splits * (total // LENGTH // num_splits + 2)  # the last blocks are padded
-    perm = tuple(tuple(s) for s in perm_of(long_docs, num_splits=num_splits))
-    start = PackedState((0,) * num_splits, (0,) * num_splits, {})
-    model = iterate_packed(
-        perm,
-        tokens,
-        Faults(skipped=skipped),
-        tuple(range(num_splits)),
-        PackingConfig(LENGTH, EOS, PAD, budget),
-        start,
-    )
-    ds = _dataset(long_docs, num_splits, budget, read_batch_size=read_batch_size)
-    it = iter(ds)
-    for k, expected in enumerate(model.blocks):
-        block = next(it)
-        assert tuple(block["input_ids"].tolist()) == expected.input_ids, k
-        assert tuple(block["doc_ids"].tolist()) == expected.doc_ids, k
-        if (k + 1) % num_splits == 0:
-            assert packed_state_of(ds.state_dict()) == model.state_after(k + 1), k
-    assert list(it) == []
-    assert ds.statistics().rows_skipped == len(skipped)
-
-
-def test_long_documents_resume_from_every_step(long_docs: Any) -> None:
-    budget = 40
-    full = [tuple(b["input_ids"].tolist()) for b in _dataset(long_docs, 2, budget, read_batch_size=3)]
-    for k in range(0, len(full), 2):
-        ds = _dataset(long_docs, 2, budget, read_batch_size=3)
-        it = iter(ds)
-        list(itertools.islice(it, k))
-        state = ds.state_dict()
-        it.close()
-        again = _dataset(long_docs, 2, budget, read_batch_size=7)
-        again.load_state_dict(state)
-        assert [tuple(b["input_ids"].tolist()) for b in again] == full[k:], k

@@ -1,15 +1,18 @@
 """Packing tests written for mutants of ``_pipeline/_packing.py`` that the rest of the suite let live.
 
-See docs/MUTATION.md. The corpus here is made of short documents whose length plus EOS often
-equals the block length, so blocks and leftovers begin exactly at a document start (the
+See docs/MUTATION.md. The main corpus here is made of short documents whose length plus EOS
+often equals the block length, so blocks and leftovers begin exactly at a document start (the
 boundary cases of the buffer's ``starts``); states are compared with the executable spec after
-every step, over reads of one row to whole splits and chunks of one cycle to whole epochs.
+every step, over reads of one row to whole splits and chunks of one cycle to whole epochs. A
+second corpus of long documents (hundreds of tokens, some null) takes the stream's one-slice-per-
+document copy path, which short documents never reach.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
+import random
 import time
 from typing import Any
 
@@ -24,6 +27,7 @@ from elastic_loader.spec.packing import PackBuffer, PackedState
 from elastic_loader.spec.rows import Raised
 
 EOS, PAD, LENGTH = -1, -2, 4
+LONG_LENGTH, LONG_DOCS = 512, 48  # the long-document corpus: block length, documents
 
 
 def _document(i: int) -> list[int]:
@@ -47,12 +51,14 @@ def _corpus() -> dict[int, tuple[int, ...]]:
     return {i: tuple(_document(i)) for i in range(70)}
 
 
-def _dataset(table: Any, num_splits: int, budget: int, **kwargs: Any) -> StreamingDataset:
+def _dataset(
+    table: Any, num_splits: int, budget: int, length: int = LENGTH, **kwargs: Any
+) -> StreamingDataset:
     return StreamingDataset(
         table,
         num_splits=num_splits,
         columns=["tokens"],
-        pack_sequences=LENGTH,
+        pack_sequences=length,
         eos_id=EOS,
         pad_id=PAD,
         blocks_per_epoch=budget,
@@ -101,17 +107,26 @@ def test_state_and_counters_after_every_block_match_the_spec(
     assert packed_state_of(ds.state_dict()) == model.state_after(len(model.blocks))
 
 
-def test_resuming_from_every_block_continues_exactly(short_docs: Any, perm_of: Any) -> None:
+@pytest.mark.parametrize(
+    ("corpus", "length", "budget", "options"),
+    [("short_docs", LENGTH, 60, {}), ("long_docs", LONG_LENGTH, 40, {"on_transform_error": "skip"})],
+)
+def test_resuming_from_every_block_continues_exactly(
+    request: pytest.FixtureRequest, corpus: str, length: int, budget: int, options: dict[str, Any]
+) -> None:
     """A checkpoint after any block, resumed in a fresh dataset, gives the rest of the blocks."""
-    budget = 60
-    full = [tuple(b["input_ids"].tolist()) for b in _dataset(short_docs, 2, budget, read_batch_size=3)]
+    table = request.getfixturevalue(corpus)
+    full = [
+        tuple(b["input_ids"].tolist())
+        for b in _dataset(table, 2, budget, length, read_batch_size=3, **options)
+    ]
     for k in range(0, len(full), 2):  # packed resumes happen at cycle boundaries (whole global steps)
-        ds = _dataset(short_docs, 2, budget, read_batch_size=3)
+        ds = _dataset(table, 2, budget, length, read_batch_size=3, **options)
         it = iter(ds)
         list(itertools.islice(it, k))
         state = ds.state_dict()
         it.close()
-        again = _dataset(short_docs, 2, budget, read_batch_size=7)
+        again = _dataset(table, 2, budget, length, read_batch_size=7, **options)
         again.load_state_dict(state)
         assert [tuple(b["input_ids"].tolist()) for b in again] == full[k:], k
 
@@ -287,3 +302,72 @@ def test_transform_time_is_at_most_the_time_spent_iterating(short_docs: Any) -> 
     list(ds)
     elapsed = time.perf_counter() - start
     assert 0 < ds.statistics().transform_time <= elapsed
+
+
+# ---------------------------------------------------------------- long documents
+
+
+def _long_corpus() -> dict[int, list[int] | None]:
+    """Lengths 0..1400 tokens (mean well above the slice threshold); three documents are null."""
+    rng = random.Random(5)
+    corpus: dict[int, list[int] | None] = {
+        i: [10_000 * i + j for j in range(rng.choice([0, 1, 300, 511, 700, 1400]))] for i in range(LONG_DOCS)
+    }
+    for bad in (3, 17, 40):
+        corpus[bad] = None
+    return corpus
+
+
+@pytest.fixture(scope="module")
+def long_docs(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    db = lancedb.connect(str(tmp_path_factory.mktemp("long_docs")))
+    corpus = _long_corpus()
+    data = pa.table(
+        {
+            "id": pa.array(range(LONG_DOCS), pa.int64()),
+            "tokens": pa.array([corpus[i] for i in range(LONG_DOCS)], pa.list_(pa.int64())),
+        }
+    )
+    return db.create_table("long_docs", data)
+
+
+@pytest.mark.parametrize("read_batch_size", [1, 5, 256])
+@pytest.mark.parametrize("num_splits", [1, 2, 3])
+def test_long_documents_pack_as_the_spec_packs_them(
+    long_docs: Any,
+    perm_of: Any,
+    packed_state_of: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    num_splits: int,
+    read_batch_size: int,
+) -> None:
+    """Blocks, doc_ids and the checkpoint at every step equal the spec's (null documents skipped)."""
+    if read_batch_size == 1:
+        monkeypatch.setattr(_fetch, "MAX_UNIT_ROWS", 3)
+    corpus = _long_corpus()
+    tokens = {i: tuple(d or ()) for i, d in corpus.items()}
+    skipped = frozenset(i for i, d in corpus.items() if d is None)
+    total = sum(len(d) + 1 for d in corpus.values() if d is not None)
+    budget = num_splits * (total // LONG_LENGTH // num_splits + 2)  # the last blocks are padded
+    perm = tuple(tuple(s) for s in perm_of(long_docs, num_splits=num_splits))
+    start = PackedState((0,) * num_splits, (0,) * num_splits, {})
+    model = iterate_packed(
+        perm,
+        tokens,
+        Faults(skipped=skipped),
+        tuple(range(num_splits)),
+        PackingConfig(LONG_LENGTH, EOS, PAD, budget),
+        start,
+    )
+    ds = _dataset(
+        long_docs, num_splits, budget, LONG_LENGTH, read_batch_size=read_batch_size, on_transform_error="skip"
+    )
+    it = iter(ds)
+    for k, expected in enumerate(model.blocks):
+        block = next(it)
+        assert tuple(block["input_ids"].tolist()) == expected.input_ids, k
+        assert tuple(block["doc_ids"].tolist()) == expected.doc_ids, k
+        if (k + 1) % num_splits == 0:
+            assert packed_state_of(ds.state_dict()) == model.state_after(k + 1), k
+    assert list(it) == []
+    assert ds.statistics().rows_skipped == len(skipped)

@@ -29,7 +29,6 @@ from .checkpoint import (
     CheckpointGate,
     commit_packed,
     commit_row,
-    gate_after_commit,
     gate_after_failure,
     gate_after_load,
     gate_after_untracked_iteration,
@@ -38,7 +37,6 @@ from .checkpoint import (
     join_row,
     load_packed,
     load_row,
-    merge_state_dicts,
     snapshot_packed,
     snapshot_row,
 )
@@ -79,6 +77,21 @@ from .rows import (
     initial_row_state,
     iterate_rows,
 )
+from .saved import (
+    Cursor,
+    Pass,
+    Projection,
+    Saved,
+    TablePin,
+    load_for_rank,
+    load_saved,
+    merge_saved,
+    merge_state_dicts,
+    rank_checkpoint,
+    resolve,
+    snapshot_saved,
+)
+from .schedule import canonical_capacity, canonical_counts, next_worker, round_robin_turns
 from .topology import (
     PackingConfig,
     Permutation,
@@ -133,7 +146,6 @@ __all__ = [
     "CheckpointGate",
     "commit_packed",
     "commit_row",
-    "gate_after_commit",
     "gate_after_failure",
     "gate_after_load",
     "gate_after_untracked_iteration",
@@ -145,6 +157,23 @@ __all__ = [
     "merge_state_dicts",
     "snapshot_packed",
     "snapshot_row",
+    # saved checkpoints (provenance, lockstep inference, merge, resolution)
+    "Cursor",
+    "Pass",
+    "Projection",
+    "Saved",
+    "TablePin",
+    "load_for_rank",
+    "load_saved",
+    "merge_saved",
+    "rank_checkpoint",
+    "resolve",
+    "snapshot_saved",
+    # delivery arithmetic
+    "canonical_capacity",
+    "canonical_counts",
+    "next_worker",
+    "round_robin_turns",
     # loader
     "Delivery",
     "deliver_batches",

@@ -10,7 +10,6 @@ consumed)``, ties going to the earlier state.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -69,22 +68,22 @@ def snapshot_packed(config: RunConfig, state: PackedState) -> Checkpoint:
 # ---------------------------------------------------------------- parsing
 
 
-def _int(value: object, what: str) -> int:
+def as_int(value: object, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise SpecValueError("checkpoint_value_type", f"{what} must be an int, got {value!r}")
     return value
 
 
-def _int_list(value: object, length: int, what: str) -> tuple[int, ...]:
+def as_int_list(value: object, length: int, what: str) -> tuple[int, ...]:
     if not isinstance(value, (list, tuple)):
         raise SpecValueError("checkpoint_value_type", f"{what} must be a list")
     require(len(value) == length, "list_length", f"{what} has {len(value)} entries, expected {length}")
-    out = tuple(_int(v, what) for v in value)
+    out = tuple(as_int(v, what) for v in value)
     require(all(v >= 0 for v in out), "progress_out_of_range", f"{what} holds a negative value")
     return out
 
 
-def _mapping(state: object) -> Mapping[str, object]:
+def as_mapping(state: object) -> Mapping[str, object]:
     if not isinstance(state, Mapping):
         raise SpecTypeError("checkpoint_type", f"a checkpoint is a dict, got {type(state).__name__}")
     return state
@@ -95,28 +94,28 @@ def is_packed(state: Mapping[str, object]) -> bool:
     return "pack_buffers" in state
 
 
-def _required(state: Mapping[str, object], keys: Sequence[str]) -> None:
+def require_keys(state: Mapping[str, object], keys: Sequence[str]) -> None:
     for key in keys:
         require(key in state, "checkpoint_missing_key", f"checkpoint has no {key!r}")
 
 
-def _config_keys(state: Mapping[str, object]) -> tuple[str, ...]:
+def config_keys(state: Mapping[str, object]) -> tuple[str, ...]:
     return CONFIG_KEYS + (PACKING_KEYS if is_packed(state) else ())
 
 
-def _parse_row(state: Mapping[str, object], num_splits: int) -> RowState:
-    _required(state, ("samples_consumed_per_split",))
+def parse_row(state: Mapping[str, object], num_splits: int) -> RowState:
+    require_keys(state, ("samples_consumed_per_split",))
     raw = state["samples_consumed_per_split"]
     if isinstance(raw, int) and not isinstance(raw, bool):
         require(raw >= 0, "progress_out_of_range", "legacy sample count is negative")
         samples = (raw,) * num_splits
     else:
-        samples = _int_list(raw, num_splits, "samples_consumed_per_split")
+        samples = as_int_list(raw, num_splits, "samples_consumed_per_split")
     positions_raw = state.get("positions_consumed_per_split")
     positions = (
         samples
         if positions_raw is None
-        else _int_list(positions_raw, num_splits, "positions_consumed_per_split")
+        else as_int_list(positions_raw, num_splits, "positions_consumed_per_split")
     )
     require(
         all(c <= p for c, p in zip(samples, positions)),
@@ -132,7 +131,7 @@ def _parse_buffer(value: object, what: str) -> PackBuffer:
     tokens, starts = value["tokens"], value["starts"]
     if not isinstance(tokens, (list, tuple)) or not isinstance(starts, (list, tuple)):
         raise SpecValueError("checkpoint_value_type", f"{what} tokens and starts must be lists")
-    return PackBuffer(tuple(_int(t, what) for t in tokens), tuple(_int(s, what) for s in starts))
+    return PackBuffer(tuple(as_int(t, what) for t in tokens), tuple(as_int(s, what) for s in starts))
 
 
 def _split_key(key: object, num_splits: int) -> int:
@@ -143,10 +142,10 @@ def _split_key(key: object, num_splits: int) -> int:
     return key
 
 
-def _parse_packed(state: Mapping[str, object], num_splits: int) -> PackedState:
-    _required(state, ("samples_consumed_per_split", "blocks_emitted_per_split", "pack_buffers"))
-    consumed = _int_list(state["samples_consumed_per_split"], num_splits, "samples_consumed_per_split")
-    emitted = _int_list(state["blocks_emitted_per_split"], num_splits, "blocks_emitted_per_split")
+def parse_packed(state: Mapping[str, object], num_splits: int) -> PackedState:
+    require_keys(state, ("samples_consumed_per_split", "blocks_emitted_per_split", "pack_buffers"))
+    consumed = as_int_list(state["samples_consumed_per_split"], num_splits, "samples_consumed_per_split")
+    emitted = as_int_list(state["blocks_emitted_per_split"], num_splits, "blocks_emitted_per_split")
     raw = state["pack_buffers"]
     if not isinstance(raw, Mapping):
         raise SpecValueError("checkpoint_value_type", "pack_buffers must be a dict")
@@ -160,12 +159,12 @@ def _parse_packed(state: Mapping[str, object], num_splits: int) -> PackedState:
     return PackedState(consumed, emitted, buffers)
 
 
-def _check_same_config(
+def check_same_config(
     state: Mapping[str, object], reference: Mapping[str, object], keys: Sequence[str]
 ) -> None:
     for key in keys:
         # Every config value is an int; True or 1.0 must not pass for 1.
-        if _int(state[key], key) != _int(reference[key], key):
+        if as_int(state[key], key) != as_int(reference[key], key):
             raise SpecValueError(f"{key}_mismatch", f"{key} differs: {state[key]!r} != {reference[key]!r}")
 
 
@@ -181,11 +180,11 @@ def _config_view(config: RunConfig) -> Checkpoint:
     return view
 
 
-def _check_against(config: RunConfig, state: Mapping[str, object]) -> None:
+def check_against(config: RunConfig, state: Mapping[str, object]) -> None:
     """Shared by load and commit: ``state`` was written by a run with ``config``."""
-    _required(state, CONFIG_KEYS)
+    require_keys(state, CONFIG_KEYS)
     view = _config_view(config)
-    _check_same_config(state, view, CONFIG_KEYS)
+    check_same_config(state, view, CONFIG_KEYS)
     theirs = state.get("perm_fingerprint")
     if theirs is not None and theirs != config.perm_fingerprint:
         raise SpecValueError("perm_fingerprint_mismatch", "checkpoint was written for another permutation")
@@ -199,8 +198,8 @@ def _check_against(config: RunConfig, state: Mapping[str, object]) -> None:
         "row and packed checkpoints do not mix",
     )
     if config.packing is not None:
-        _required(state, PACKING_KEYS)
-        _check_same_config(state, view, PACKING_KEYS)
+        require_keys(state, PACKING_KEYS)
+        check_same_config(state, view, PACKING_KEYS)
 
 
 # ---------------------------------------------------------------- load
@@ -215,9 +214,9 @@ def load_row(config: RunConfig, state: object, split_len: int) -> RowState:
             ``shuffle_seed``, ``epoch``, ``perm_fingerprint``), the mode differs,
             a list has the wrong length, or progress is out of range.
     """
-    st = _mapping(state)
-    _check_against(config, st)
-    parsed = _parse_row(st, config.num_splits)
+    st = as_mapping(state)
+    check_against(config, st)
+    parsed = parse_row(st, config.num_splits)
     require(
         all(p <= split_len for p in parsed.positions),
         "progress_out_of_range",
@@ -228,10 +227,10 @@ def load_row(config: RunConfig, state: object, split_len: int) -> RowState:
 
 def load_packed(config: RunConfig, state: object, split_len: int) -> PackedState:
     """Validate a packed checkpoint against ``config`` and return its progress."""
-    st = _mapping(state)
-    _check_against(config, st)
+    st = as_mapping(state)
+    check_against(config, st)
     assert config.packing is not None
-    parsed = _parse_packed(st, config.num_splits)
+    parsed = parse_packed(st, config.num_splits)
     budget = config.packing.blocks_per_split(config.num_splits)
     require(
         all(c <= split_len for c in parsed.consumed), "progress_out_of_range", "progress beyond the split end"
@@ -265,60 +264,22 @@ def join_packed(a: PackedState, b: PackedState) -> PackedState:
     return PackedState(tuple(consumed), tuple(emitted), buffers)
 
 
-def _config_from(state: Mapping[str, object]) -> RunConfig:
-    num_splits = _int(state["num_splits"], "num_splits")
+def config_from(state: Mapping[str, object]) -> RunConfig:
+    num_splits = as_int(state["num_splits"], "num_splits")
     require(num_splits > 0, "num_splits_not_positive", "num_splits must be > 0")
     fingerprint = state.get("perm_fingerprint")
     if fingerprint is not None and not isinstance(fingerprint, str):
         raise SpecValueError("checkpoint_value_type", "perm_fingerprint must be a string")
     packing = None
     if is_packed(state):
-        packing = PackingConfig(*(_int(state[k], k) for k in PACKING_KEYS))
+        packing = PackingConfig(*(as_int(state[k], k) for k in PACKING_KEYS))
     return RunConfig(
         num_splits,
-        _int(state["shuffle_seed"], "shuffle_seed"),
-        _int(state["epoch"], "epoch"),
+        as_int(state["shuffle_seed"], "shuffle_seed"),
+        as_int(state["epoch"], "epoch"),
         fingerprint,
         packing,
     )
-
-
-def merge_state_dicts(states: Sequence[object]) -> Checkpoint:
-    """Merge the checkpoints of every rank (taken at the same global step) into one.
-
-    Raises:
-        SpecValueError: no states, a missing key, mixed modes, differing
-            config, a list of the wrong length, or (packed) states that do not
-            cover every rank at the same step (``merge_packed_not_aligned``).
-        SpecTypeError: a state is not a dict.
-    """
-    require(len(states) > 0, "merge_empty", "merge_state_dicts needs at least one state")
-    parsed = [_mapping(s) for s in states]
-    first = parsed[0]
-    for st in parsed:
-        require(
-            is_packed(st) == is_packed(first), "merge_mode_mismatch", "cannot merge packed and row states"
-        )
-        _required(st, _config_keys(st))
-    for st in parsed[1:]:
-        _check_same_config(st, first, _config_keys(first))
-        require(
-            st.get("perm_fingerprint") == first.get("perm_fingerprint"),
-            "perm_fingerprint_mismatch",
-            "states come from different permutations",
-        )
-    config = _config_from(first)
-    if config.packing is None:
-        rows = [_parse_row(st, config.num_splits) for st in parsed]
-        return snapshot_row(config, functools.reduce(join_row, rows))
-    packs = [_parse_packed(st, config.num_splits) for st in parsed]
-    merged = functools.reduce(join_packed, packs)
-    require(
-        len(set(merged.emitted)) == 1,
-        "merge_packed_not_aligned",
-        "packed states were not taken at the same global step or do not cover every rank",
-    )
-    return snapshot_packed(config, merged)
 
 
 # ---------------------------------------------------------------- consumer commit
@@ -326,16 +287,16 @@ def merge_state_dicts(states: Sequence[object]) -> Checkpoint:
 
 def commit_row(config: RunConfig, parent: RowState, incoming: object) -> RowState:
     """Fold the snapshot carried by one consumed worker batch into the parent's state."""
-    st = _mapping(incoming)
-    _check_against(config, st)
-    return join_row(parent, _parse_row(st, config.num_splits))
+    st = as_mapping(incoming)
+    check_against(config, st)
+    return join_row(parent, parse_row(st, config.num_splits))
 
 
 def commit_packed(config: RunConfig, parent: PackedState, incoming: object) -> PackedState:
     """Packed commit: a split takes the incoming state when its ``(emitted, consumed)`` is larger."""
-    st = _mapping(incoming)
-    _check_against(config, st)
-    return join_packed(parent, _parse_packed(st, config.num_splits))
+    st = as_mapping(incoming)
+    check_against(config, st)
+    return join_packed(parent, parse_packed(st, config.num_splits))
 
 
 # ---------------------------------------------------------------- checkpoint gate
@@ -349,18 +310,11 @@ class CheckpointGate:
     """A consumed batch failed; the parent state has a hole."""
     untracked_workers: bool = False
     """A plain DataLoader with workers iterated the dataset; the parent state is stale."""
-    require_uniform: bool = False
-    """StreamingDataLoader committed batches that need a step boundary (workers > 1, or packing)."""
 
 
 def gate_after_load(gate: CheckpointGate) -> CheckpointGate:
     """Loading a checkpoint makes the state known again: every flag is cleared."""
     return CheckpointGate()
-
-
-def gate_after_commit(gate: CheckpointGate, require_uniform: bool) -> CheckpointGate:
-    """A committed batch can only add the step-boundary requirement."""
-    return replace(gate, require_uniform=gate.require_uniform or require_uniform)
 
 
 def gate_after_failure(gate: CheckpointGate, reason: str) -> CheckpointGate:
@@ -373,17 +327,14 @@ def gate_after_untracked_iteration(gate: CheckpointGate) -> CheckpointGate:
     return replace(gate, untracked_workers=True)
 
 
-def gate_check_state_dict(
-    gate: CheckpointGate,
-    state: RowState | PackedState,
-    rank_owned: Sequence[int],
-    in_worker: bool = False,
-) -> None:
+def gate_check_state_dict(gate: CheckpointGate, in_worker: bool = False) -> None:
     """Raise ``SpecRuntimeError`` when ``state_dict()`` must refuse to answer.
 
+    A checkpoint can be taken after any delivered batch: mid-step, with packing, with several
+    workers (the step-boundary requirements of the reference are gone, see D23).
+
     Raises:
-        SpecRuntimeError: ``untracked_worker_iteration``, ``checkpoint_invalid``,
-            ``packed_not_at_step_boundary`` or ``rows_not_at_step_boundary``.
+        SpecRuntimeError: ``untracked_worker_iteration`` or ``checkpoint_invalid``.
     """
     if gate.untracked_workers and not in_worker:
         raise SpecRuntimeError(
@@ -392,10 +343,3 @@ def gate_check_state_dict(
         )
     if gate.invalid_reason is not None:
         raise SpecRuntimeError("checkpoint_invalid", f"checkpointing is invalid: {gate.invalid_reason}")
-    if isinstance(state, PackedState):
-        if len({state.emitted[s] for s in rank_owned}) > 1:
-            raise SpecRuntimeError(
-                "packed_not_at_step_boundary", "the rank's splits emitted different block counts"
-            )
-    elif gate.require_uniform and len({state.samples[s] for s in rank_owned}) > 1:
-        raise SpecRuntimeError("rows_not_at_step_boundary", "the rank's splits yielded different row counts")

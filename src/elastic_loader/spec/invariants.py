@@ -23,13 +23,13 @@ from .checkpoint import (
     join_row,
     load_packed,
     load_row,
-    merge_state_dicts,
     snapshot_packed,
     snapshot_row,
 )
 from .loader import LoaderRun, global_steps, topology_steps
 from .packing import PackedRun, PackedState, iterate_packed
 from .rows import Exhausted, Faults, Raised, RowRun, RowState, Yielded, iterate_rows
+from .saved import merge_state_dicts
 from .topology import (
     PackingConfig,
     Permutation,

@@ -1,12 +1,18 @@
 """``StreamingDataLoader``: worker batches, their delivery order, consumer commits; global steps.
 
-Rules: each DataLoader worker runs its own iterator over its sub-block from
-the parent's state and cuts its items into batches of ``batch_size``. Batches
-reach the trainer in order ``(batch index, worker id)`` (torch's in-order
-round robin; an exhausted worker drops out). A worker whose iterator raises
-turns its unfinished batch into the error, and nothing after it is delivered.
-When a batch reaches the trainer, the snapshot it carries (the worker's
-checkpoint right after the batch's last item) is committed into the parent.
+Rules: each DataLoader worker runs its own iterator over the sub-block of its
+*role* from the parent's state and cuts its items into batches of
+``batch_size``. Torch worker ``w`` plays role ``(w + rotation) % nw``: a loader
+resumed on the same topology starts with the role whose batch came next when
+the checkpoint was taken, so the batch sequence goes on exactly as it would
+have (the rotation is ``0`` at the start of an epoch and on a new topology).
+Batches reach the trainer in order ``(batch index, worker id)`` (torch's
+in-order round robin; an exhausted worker drops out). A worker whose iterator
+raises turns its unfinished batch into the error, and nothing after it is
+delivered. When a batch reaches the trainer, the snapshot it carries (the
+worker's checkpoint right after the batch's last item) is committed into the
+parent. A loader starts from any state: an iterator whose owned splits are at
+different counts catches up first.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .checkpoint import commit_packed, commit_row, snapshot_packed, snapshot_row
-from .errors import SpecRuntimeError, require
+from .errors import require
 from .packing import Block, PackedRun, PackedState, initial_packed_state, iterate_packed
 from .rows import Faults, Raised, RowRun, RowState, Yielded, initial_row_state, iterate_rows
 from .topology import Permutation, RunConfig, Topology, owned_splits, rank_splits
@@ -37,11 +43,29 @@ class Delivery:
 
 @dataclass(frozen=True)
 class LoaderRun:
-    """Every batch one rank's ``StreamingDataLoader`` delivers, and how it ends."""
+    """Every batch one rank's ``StreamingDataLoader`` delivers, and how it ends.
+
+    ``rotation`` is the role torch worker 0 played; ``num_workers`` the loader's worker count.
+    """
 
     start: State
     deliveries: tuple[Delivery, ...]
     error: Raised | None
+    rotation: int = 0
+    num_workers: int = 0
+
+    def next_role_after(self, n: int) -> int:
+        """The role whose batch comes next once the trainer received ``n`` batches."""
+        require(
+            0 <= n <= len(self.deliveries),
+            "prefix_out_of_range",
+            "cannot receive more batches than delivered",
+        )
+        if self.num_workers <= 1:
+            return 0
+        if n == 0:
+            return self.rotation
+        return (self.deliveries[n - 1].worker + 1 + self.rotation) % self.num_workers
 
     def state_after(self, n: int) -> State:
         """The parent's state after the trainer received ``n`` batches."""
@@ -87,24 +111,6 @@ def deliver_batches(
     return [b for b in ordered if (b[1], b[0]) < (j, w)], error
 
 
-def check_loader_start(state: State, rank_owned: Sequence[int], num_workers: int) -> None:
-    """``iter(StreamingDataLoader)`` needs a step boundary when packing or with several workers.
-
-    Raises:
-        SpecRuntimeError: ``loader_start_not_at_step_boundary``.
-    """
-    if isinstance(state, PackedState):
-        counts = {state.emitted[s] for s in rank_owned}
-    elif num_workers > 1:
-        counts = {state.samples[s] for s in rank_owned}
-    else:
-        return
-    if len(counts) > 1:
-        raise SpecRuntimeError(
-            "loader_start_not_at_step_boundary", "resume from a checkpoint at a step boundary"
-        )
-
-
 def run_loader(
     config: RunConfig,
     perm: Permutation,
@@ -113,14 +119,19 @@ def run_loader(
     parent: State,
     batch_size: int,
     corpus: Mapping[int, Sequence[int]] | None = None,
+    rotation: int = 0,
 ) -> LoaderRun:
-    """One rank's ``StreamingDataLoader`` over ``topology.num_workers`` workers, from ``parent``."""
+    """One rank's ``StreamingDataLoader`` over ``topology.num_workers`` workers, from ``parent``.
+
+    Torch worker ``w`` reads the sub-block of role ``(w + rotation) % num_workers``.
+    """
     nw = topology.num_workers
-    rank_owned = rank_splits(config.num_splits, topology.world_size, topology.rank)
-    check_loader_start(parent, rank_owned, nw)
+    require(0 <= rotation < max(1, nw), "rotation_out_of_range", "rotation must be in [0, num_workers)")
+    rank_splits(config.num_splits, topology.world_size, topology.rank)  # validates the topology
     runs: list[Run] = []
     for w in range(max(1, nw)):
-        owned = owned_splits(config.num_splits, Topology(topology.world_size, topology.rank, nw, w))
+        role = (w + rotation) % max(1, nw)
+        owned = owned_splits(config.num_splits, Topology(topology.world_size, topology.rank, nw, role))
         if isinstance(parent, PackedState):
             assert config.packing is not None and corpus is not None
             runs.append(iterate_packed(perm, corpus, faults, owned, config.packing, parent))
@@ -137,7 +148,7 @@ def run_loader(
             assert isinstance(snapshot, RowState)
             current = commit_row(config, current, snapshot_row(config, snapshot))
         deliveries.append(Delivery(w, j, items, current))
-    return LoaderRun(parent, tuple(deliveries), error)
+    return LoaderRun(parent, tuple(deliveries), error, rotation, nw)
 
 
 # ---------------------------------------------------------------- global steps

@@ -1,16 +1,23 @@
 """Sequence packing: blocks, ``doc_ids``, the per-split budget and packed progress (item 3).
 
 Rules: every split packs its own documents into blocks of ``L`` tokens, each
-document followed by ``eos_id``. A cycle first *fills* every owned split (pull
-whole documents while the buffer is shorter than ``L``), then *emits* one block
-per owned split in owned order; a split that ran out pads its block with
-``pad_id``. Every split emits exactly ``b = blocks_per_epoch / num_splits``
-blocks per epoch, however many documents it has. ``doc_ids[k]`` counts the
-document starts ``s`` with ``0 < s <= k`` inside the block.
+document followed by ``eos_id``. An iterator whose owned splits start at
+different block counts first *catches up*: lagging splits emit one block at a
+time in ``(emitted, split id)`` order (each filling just before it emits) until
+all have emitted as many as the most advanced one. Then a cycle first *fills*
+every owned split (pull whole documents while the buffer is shorter than
+``L``), then *emits* one block per owned split in owned order; a split that
+ran out pads its block with ``pad_id``. Every split emits exactly ``b =
+blocks_per_epoch / num_splits`` blocks per epoch, however many documents it
+has. ``doc_ids[k]`` counts the document starts ``s`` with ``0 < s <= k``
+inside the block. A split's blocks depend only on its own documents and
+buffer, so catch-up changes the order of blocks across splits, never their
+contents.
 """
 
 from __future__ import annotations
 
+import heapq
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -112,12 +119,7 @@ def iterate_packed(
     config: PackingConfig,
     state: PackedState,
 ) -> PackedRun:
-    """Run one packed iterator over ``owned`` splits from ``state`` to its end.
-
-    Raises:
-        SpecValueError: the owned splits have emitted different block counts
-            (``packed_state_misaligned``): merge every rank's state first.
-    """
+    """Run one packed iterator over ``owned`` splits from ``state`` to its end (catch-up, then cycles)."""
     check_permutation(perm)
     num_splits = len(perm)
     budget = config.blocks_per_split(num_splits)
@@ -125,11 +127,6 @@ def iterate_packed(
     require(len(state.emitted) == num_splits, "list_length", "state must have one entry per split")
     if not owned:
         return PackedRun(state, (), (), Exhausted())
-    if len({state.emitted[s] for s in owned}) > 1:
-        raise SpecValueError(
-            "packed_state_misaligned",
-            "owned splits emitted different block counts; merge every rank's state before resuming",
-        )
     consumed, emitted = list(state.consumed), list(state.emitted)
     tokens = {s: list(state.buffer(s).tokens) for s in owned}
     starts = {s: list(state.buffer(s).starts) for s in owned}
@@ -167,6 +164,18 @@ def iterate_packed(
         emitted[s] += 1
         return block
 
+    top = max(emitted[s] for s in owned)
+    lagging = [(emitted[s], s) for s in owned if emitted[s] < top]
+    heapq.heapify(lagging)
+    while lagging:
+        count, s = heapq.heappop(lagging)
+        error = fill(s)
+        if error is not None:
+            return PackedRun(state, tuple(blocks), tuple(states), error)
+        blocks.append(emit(s))
+        states.append(snapshot())
+        if count + 1 < top:
+            heapq.heappush(lagging, (count + 1, s))
     while emitted[owned[0]] < budget:
         for s in owned:
             error = fill(s)

@@ -32,7 +32,6 @@ from elastic_loader.spec import (
     cut_splits,
     deliver_batches,
     estimate_blocks_per_epoch,
-    gate_after_commit,
     gate_after_failure,
     gate_after_untracked_iteration,
     gate_check_state_dict,
@@ -55,7 +54,19 @@ from elastic_loader.spec import (
     validate_params,
 )
 from elastic_loader.spec.errors import SpecError, SpecRuntimeError, SpecTypeError, SpecValueError
-from elastic_loader.spec.loader import check_loader_start
+from elastic_loader.spec.saved import (
+    Cursor,
+    Pass,
+    Projection,
+    Saved,
+    TablePin,
+    load_for_rank,
+    load_saved,
+    merge_saved,
+    resolve,
+    snapshot_saved,
+)
+from elastic_loader.spec.schedule import canonical_capacity, canonical_counts, round_robin_turns
 from elastic_loader.spec.topology import check_permutation
 
 ERRORS_MD = Path(__file__).resolve().parents[2] / "spec" / "ERRORS.md"
@@ -84,10 +95,21 @@ C = RunConfig(num_splits=2, shuffle_seed=0, epoch=0)
 PC = RunConfig(num_splits=2, shuffle_seed=0, epoch=0, packing=PACKING)
 FC = RunConfig(num_splits=2, shuffle_seed=0, epoch=0, perm_fingerprint="ab")
 R = snapshot_row(C, RowState((1, 1), (1, 1)))
-P = snapshot_packed(PC, PackedState((1, 1), (1, 1), {0: PackBuffer((5,), (0,))}))
+P = snapshot_packed(PC, PackedState((1, 1), (1, 1), {0: PackBuffer((5, 9), (0,))}))
 PERM = cut_splits(range(4), 2)
 CORPUS = {r: (r,) for r in range(4)}
 BUFFER = {"tokens": [5], "starts": [0]}
+
+
+def with_extra(state: dict[str, object], **extra: object) -> dict[str, object]:
+    return dict(state, elastic_loader={"format": 1, **extra})
+
+
+ONE_RANK = with_extra(R, reported=[0])
+EXACT_R = snapshot_saved(Saved(C, RowState((1, 1), (1, 1)), frozenset({0, 1})))
+UNREACHABLE = Saved(PC, initial_packed_state(2), frozenset({0}), projections={1: Projection(1)})
+EXACT_V1 = Saved(C, initial_row_state(2), frozenset({0, 1}), table=TablePin(1, 4))
+EXACT_V2 = Saved(C, initial_row_state(2), frozenset({0, 1}), table=TablePin(2, 4))
 
 
 def params(**kwargs: object) -> Callable[[], object]:
@@ -288,11 +310,6 @@ TRIGGERS: list[tuple[str, str, Callable[[], object]]] = [
         "load_packed",
         lambda: load_packed(PC, dict(P, pack_buffers={0: BUFFER, "0": BUFFER}), 2),
     ),
-    (
-        "packed_state_misaligned",
-        "iterate_packed",
-        lambda: iterate_packed(PERM, CORPUS, Faults(), (0, 1), PACKING, PackedState((1, 0), (1, 0))),
-    ),
     ("auto_budget_empty", "estimate", lambda: estimate_blocks_per_epoch([[1], []], 0, 4)),
     ("null_tokens", "estimate", lambda: estimate_blocks_per_epoch([[None]], 0, 4)),
     # checkpoints
@@ -391,28 +408,12 @@ TRIGGERS: list[tuple[str, str, Callable[[], object]]] = [
     (
         "untracked_worker_iteration",
         "gate",
-        lambda: gate_check_state_dict(
-            gate_after_untracked_iteration(CheckpointGate()), initial_row_state(2), (0, 1)
-        ),
+        lambda: gate_check_state_dict(gate_after_untracked_iteration(CheckpointGate())),
     ),
     (
         "checkpoint_invalid",
         "gate",
-        lambda: gate_check_state_dict(
-            gate_after_failure(CheckpointGate(), "x"), initial_row_state(2), (0, 1)
-        ),
-    ),
-    (
-        "packed_not_at_step_boundary",
-        "gate",
-        lambda: gate_check_state_dict(CheckpointGate(), PackedState((1, 0), (1, 0)), (0, 1)),
-    ),
-    (
-        "rows_not_at_step_boundary",
-        "gate",
-        lambda: gate_check_state_dict(
-            gate_after_commit(CheckpointGate(), True), RowState((1, 0), (1, 0)), (0, 1)
-        ),
+        lambda: gate_check_state_dict(gate_after_failure(CheckpointGate(), "x")),
     ),
     # StreamingDataLoader
     ("batch_size_not_positive", "deliver_batches", lambda: deliver_batches([], 0)),
@@ -422,16 +423,90 @@ TRIGGERS: list[tuple[str, str, Callable[[], object]]] = [
         lambda: run_loader(C, PERM, Faults(), Topology(), initial_row_state(2), 0),
     ),
     (
-        "loader_start_not_at_step_boundary",
-        "rows, 2 workers",
-        lambda: check_loader_start(RowState((1, 0), (1, 0)), (0, 1), 2),
+        "rotation_out_of_range",
+        "run_loader",
+        lambda: run_loader(C, PERM, Faults(), Topology(1, 0, 2), initial_row_state(2), 1, rotation=2),
+    ),
+    ("rotation_out_of_range", "Pass", lambda: Pass(2, 1, 1, next_role=2)),
+    ("cycles_per_step_not_positive", "global_steps", lambda: global_steps(PERM, Faults(), 0)),
+    # delivery arithmetic
+    ("list_length", "canonical_capacity", lambda: canonical_capacity([0], [1, 1])),
+    ("cap_below_count", "canonical_capacity", lambda: canonical_capacity([2], [1])),
+    ("items_negative", "canonical_counts", lambda: canonical_counts([0], -1)),
+    ("items_beyond_capacity", "canonical_counts", lambda: canonical_counts([], 1)),
+    ("batches_negative", "round_robin_turns", lambda: round_robin_turns([1], -1)),
+    ("batches_negative", "Pass", lambda: Pass(0, 1, -1)),
+    # saved checkpoints: provenance, inference, merge, resolution
+    ("merge_missing_rank", "one rank's state", lambda: merge_state_dicts([ONE_RANK])),
+    (
+        "packed_partial_state",
+        "legacy one rank",
+        lambda: load_saved(PC, dict(P, blocks_emitted_per_split=[1, 0]), 5),
     ),
     (
-        "loader_start_not_at_step_boundary",
-        "packed",
-        lambda: run_loader(PC, PERM, Faults(), Topology(), PackedState((1, 0), (1, 0)), 1, CORPUS),
+        "merge_packed_not_aligned",
+        "legacy",
+        lambda: merge_state_dicts([dict(P, blocks_emitted_per_split=[1, 0])]),
     ),
-    ("cycles_per_step_not_positive", "global_steps", lambda: global_steps(PERM, Faults(), 0)),
+    (
+        "checkpoint_digest_mismatch",
+        "edited",
+        lambda: load_saved(C, dict(EXACT_R, epoch=0, samples_consumed_per_split=[0, 1]), 5),
+    ),
+    ("checkpoint_format", "format 2", lambda: load_saved(C, with_extra(R, format=2), 5)),
+    ("checkpoint_value_type", "extra not a dict", lambda: load_saved(C, dict(R, elastic_loader=[]), 5)),
+    ("reported_out_of_range", "reported id", lambda: load_saved(C, with_extra(R, reported=[2]), 5)),
+    ("reported_out_of_range", "Saved", lambda: Saved(C, initial_row_state(2), frozenset({3}))),
+    ("unknown_reported", "Saved", lambda: Saved(C, initial_row_state(2), frozenset({0}), frozenset({0}))),
+    ("unknown_packed", "Saved", lambda: Saved(PC, initial_packed_state(2), frozenset({0}), frozenset({1}))),
+    (
+        "projection_rows",
+        "Saved",
+        lambda: Saved(C, initial_row_state(2), frozenset({0}), projections={1: Projection(1)}),
+    ),
+    (
+        "projection_out_of_range",
+        "load key",
+        lambda: load_saved(PC, with_extra(P, reported=[0], projected={"7": 2}), 5),
+    ),
+    (
+        "projection_below_base",
+        "Saved",
+        lambda: Saved(PC, initial_packed_state(2), frozenset({0}), projections={1: Projection(0)}),
+    ),
+    (
+        "progress_unknown",
+        "load_for_rank",
+        lambda: load_for_rank(C, with_extra(R, reported=[0], unknown=[1]), 5, 2, 1),
+    ),
+    (
+        "progress_unknown",
+        "resolve",
+        lambda: resolve(Saved(C, initial_row_state(2), frozenset({0}), frozenset({1})), PERM, Faults(), (1,)),
+    ),
+    (
+        "projection_unreachable",
+        "resolve",
+        lambda: resolve(UNREACHABLE, PERM, Faults(frozenset(), frozenset({2})), (1,), CORPUS),
+    ),
+    (
+        "buffer_unreachable",
+        "no eos at the end",
+        lambda: load_saved(PC, dict(P, pack_buffers={0: {"tokens": [5], "starts": [0]}}), 5),
+    ),
+    (
+        "buffer_unreachable",
+        "nothing consumed",
+        lambda: load_saved(PC, dict(P, samples_consumed_per_split=[0, 1]), 5),
+    ),
+    ("cursor_out_of_range", "Cursor", lambda: Cursor(1, 2, (2,))),
+    (
+        "cursor_out_of_range",
+        "Saved",
+        lambda: Saved(C, initial_row_state(2), frozenset({0}), cursor=Cursor(1, 3, (0,))),
+    ),
+    ("table_out_of_range", "TablePin", lambda: TablePin(-1, 5)),
+    ("table_version_mismatch", "merge", lambda: merge_saved([EXACT_V1, EXACT_V2])),
 ]
 
 

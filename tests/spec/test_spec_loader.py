@@ -7,7 +7,6 @@ from hypothesis import strategies as st
 
 from elastic_loader.spec import (
     Faults,
-    PackedState,
     PackingConfig,
     Permutation,
     RowState,
@@ -26,7 +25,6 @@ from elastic_loader.spec import (
     run_loader,
     snapshot_row,
 )
-from elastic_loader.spec.errors import SpecRuntimeError
 from elastic_loader.spec.invariants import (
     ConsumerCommitProp,
     ElasticDeterminismProp,
@@ -265,18 +263,14 @@ def test_ConsumerCommitProp_two_workers_uniform_every_second_batch() -> None:
         ConsumerCommitProp(perm, Faults(), run, n)
 
 
-def test_loader_packed_start_needs_a_step_boundary() -> None:
-    """R8.3: a packed loader starting from a state whose rank splits emitted unequal counts is refused."""
+def test_loader_packed_start_catches_up_from_mid_cycle() -> None:
+    """D23: a packed loader starting mid-cycle catches up (the lagging split first), then cycles."""
     packing = PackingConfig(pack_sequences=2, eos_id=9, pad_id=0, blocks_per_epoch=4)
     config = RunConfig(num_splits=2, shuffle_seed=0, epoch=0, packing=packing)
     perm = cut_splits(range(4), 2)
     corpus = {r: (r,) for r in range(4)}
-    ragged = PackedState((1, 0), (1, 0), {})
-    try:
-        run_loader(config, perm, Faults(), Topology(), ragged, 1, corpus)
-    except SpecRuntimeError as exc:
-        assert exc.code == "loader_start_not_at_step_boundary"
-    else:
-        raise AssertionError("a packed loader started mid-cycle")
-    run = run_loader(config, perm, Faults(), Topology(), initial_packed_state(2), 1, corpus)
-    assert len(run.deliveries) == 4
+    whole = run_loader(config, perm, Faults(), Topology(), initial_packed_state(2), 1, corpus)
+    assert len(whole.deliveries) == 4
+    mid = whole.state_after(1)
+    resumed = run_loader(config, perm, Faults(), Topology(), mid, 1, corpus)
+    assert [d.items for d in resumed.deliveries] == [d.items for d in whole.deliveries[1:]]

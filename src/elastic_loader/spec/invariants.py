@@ -29,7 +29,7 @@ from .checkpoint import (
 from .loader import LoaderRun, global_steps, topology_steps
 from .packing import PackedRun, PackedState, iterate_packed
 from .rows import Exhausted, Faults, Raised, RowRun, RowState, Yielded, iterate_rows
-from .saved import merge_state_dicts
+from .saved import exact, merge_state_dicts, snapshot_saved
 from .topology import (
     PackingConfig,
     Permutation,
@@ -287,10 +287,9 @@ def MergeExactProp(
     """Merging every rank's checkpoint at one global step gives the single-rank checkpoint there."""
     if isinstance(single, RowState):
         snaps = [snapshot_row(config, s) for s in per_rank if isinstance(s, RowState)]
-        expected = snapshot_row(config, single)
     else:
         snaps = [snapshot_packed(config, s) for s in per_rank if isinstance(s, PackedState)]
-        expected = snapshot_packed(config, single)
+    expected = snapshot_saved(exact(config, single))
     _check(len(snaps) == len(per_rank), "MergeExactProp", "ranks mix row and packed states")
     merged = merge_state_dicts(snaps)
     _check(merged == expected, "MergeExactProp", lambda: f"merged {merged} != single-rank {expected}")

@@ -334,10 +334,16 @@ def _plain_state(config: RunConfig, st: Mapping[str, object], split_len: int | N
     return packed
 
 
-def load_saved(config: RunConfig, checkpoint: object, split_len: int | None) -> Saved:
+def is_legacy(checkpoint: Mapping[str, object]) -> bool:
+    """A checkpoint without our extra key (``lancedb.streaming``'s, or an older elastic-loader's)."""
+    return EXTRA_KEY not in checkpoint
+
+
+def load_saved(config: RunConfig, checkpoint: object, split_len: int | None, *, alone: bool = True) -> Saved:
     """Validate a checkpoint for ``config`` and return it as the model understands it.
 
-    ``split_len=None`` (merging) skips the checks that need the split length.
+    ``split_len=None`` (merging) skips the checks that need the split length; ``alone=False``
+    (merging) skips the alignment check of legacy packed checkpoints, which applies to the merge.
 
     Raises:
         SpecTypeError: not a dict.
@@ -353,7 +359,7 @@ def load_saved(config: RunConfig, checkpoint: object, split_len: int | None) -> 
     everything = frozenset(range(config.num_splits))
     extra = _extra(st)
     if extra is None:
-        if isinstance(state, PackedState):
+        if isinstance(state, PackedState) and alone:
             require(
                 len(set(state.emitted)) <= 1,
                 "packed_partial_state",
@@ -489,7 +495,15 @@ def merge_state_dicts(checkpoints: Sequence[object]) -> Checkpoint:
             "states come from different permutations",
         )
     config = config_from(first)
-    return snapshot_saved(merge_saved([load_saved(config, st, None) for st in parsed]))
+    merged = merge_saved([load_saved(config, st, None, alone=False) for st in parsed])
+    if isinstance(merged.state, PackedState) and any(is_legacy(st) for st in parsed):
+        require(
+            len(set(merged.state.emitted)) == 1,
+            "merge_packed_not_aligned",
+            "packed states without elastic-loader's provenance were not taken at one global step or do "
+            "not cover every rank",
+        )
+    return snapshot_saved(merged)
 
 
 # ---------------------------------------------------------------- resolving projections

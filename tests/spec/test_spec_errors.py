@@ -54,6 +54,7 @@ from elastic_loader.spec import (
     validate_params,
 )
 from elastic_loader.spec.errors import SpecError, SpecRuntimeError, SpecTypeError, SpecValueError
+from elastic_loader.spec.protocols import Protocol, Shape, next_starts, run_session
 from elastic_loader.spec.saved import (
     Cursor,
     Pass,
@@ -63,6 +64,7 @@ from elastic_loader.spec.saved import (
     load_for_rank,
     load_saved,
     merge_saved,
+    pinned_permutation,
     resolve,
     snapshot_saved,
 )
@@ -506,6 +508,18 @@ TRIGGERS: list[tuple[str, str, Callable[[], object]]] = [
         lambda: Saved(C, initial_row_state(2), frozenset({0}), cursor=Cursor(1, 3, (0,))),
     ),
     ("table_out_of_range", "TablePin", lambda: TablePin(-1, 5)),
+    ("table_version_missing", "pinned_permutation", lambda: pinned_permutation({2: PERM}, TablePin(1, 4), 2)),
+    (
+        "own_needs_same_world_size",
+        "next_starts",
+        lambda: next_starts(
+            C,
+            run_session(C, PERM, Faults(), None, [EXACT_V1], Shape(1, 0, 1), [1], 2, False),
+            Protocol.OWN,
+            Shape(2, 0, 1),
+            2,
+        ),
+    ),
     ("table_version_mismatch", "merge", lambda: merge_saved([EXACT_V1, EXACT_V2])),
 ]
 

@@ -8,6 +8,8 @@ without matching message text. The builtin base class (``ValueError``,
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 
 class SpecError(Exception):
     """Base of every error the model raises; ``code`` names the condition."""
@@ -35,3 +37,18 @@ def require(condition: bool, code: str, message: str) -> None:
     """Raise ``SpecValueError(code)`` unless ``condition`` holds."""
     if not condition:
         raise SpecValueError(code, message)
+
+
+class InvariantViolation(AssertionError):
+    """A named invariant does not hold; ``detail`` describes the counterexample."""
+
+    def __init__(self, name: str, detail: str) -> None:
+        super().__init__(f"{name} violated: {detail}")
+        self.name = name
+        self.detail = detail
+
+
+def check(condition: bool, name: str, detail: str | Callable[[], str]) -> None:
+    """Raise ``InvariantViolation(name)`` unless ``condition`` holds (``detail`` may be lazy)."""
+    if not condition:
+        raise InvariantViolation(name, detail() if callable(detail) else detail)

@@ -171,6 +171,24 @@ def _plain_count(state: State, split: int) -> int:
     return state.samples[split] if isinstance(state, RowState) else state.emitted[split]
 
 
+def pinned_permutation(history: Mapping[int, Permutation], pin: TablePin | None, latest: int) -> Permutation:
+    """The permutation a resumed epoch reads: the recorded version's (``latest`` without a pin).
+
+    ``history`` maps each table version still stored to the permutation built from it.
+
+    Raises:
+        SpecValueError: ``table_version_missing`` (the version was cleaned up).
+    """
+    version = latest if pin is None or pin.version is None else pin.version
+    if version not in history:
+        raise SpecValueError(
+            "table_version_missing",
+            f"table version {version}, which this checkpoint was written for, no longer exists (old "
+            "versions were cleaned up); resume from a newer checkpoint or start the epoch again",
+        )
+    return history[version]
+
+
 def exact(config: RunConfig, state: State, table: TablePin | None = None) -> Saved:
     """A checkpoint reporting every split exactly (a merged state, or the start of an epoch)."""
     return Saved(config, state, frozenset(range(config.num_splits)), table=table)

@@ -44,8 +44,9 @@ pytest_plugins = ["pytester"]
 IN_PROCESS = ("row", "packed")
 
 PIPELINE_VECTOR_BUGS: dict[str, set[str]] = {}
-"""Vector cases our pipeline fails today, by family (none; the packing-settings checks of
-``merge_state_dicts`` were the last, fixed with pipeline_bugs.md I1)."""
+"""Vector cases our pipeline fails today, by family (none; the last were packed states with
+impossible packing settings, which ``merge_state_dicts`` accepted until mutation testing found it,
+docs/MUTATION.md)."""
 
 FAKE = '''
 """elastic-loader with its checkpoint keys in reverse order: breaks CheckpointRoundTripInv only."""

@@ -117,6 +117,27 @@ def test_round_keys_are_the_splitmix64_stream() -> None:
     assert len(round_keys(0, 0)) == computed.ROUNDS == 8
 
 
+def test_the_vectors_of_COMPUTED_md() -> None:
+    small = ComputedPermutation(10, 3, 0, 0)
+    assert computed_order(small) == (1, 0, 9, 3, 5, 6, 2, 8, 7, 4)
+    assert computed_splits(small) == ((1, 0, 9), (3, 5, 6), (2, 8, 7))
+    assert computed_locate(small, 4) is None
+    assert computed_positions(ComputedPermutation(1000, 4, 7, 2), 3, 0, 5) == (722, 371, 234, 2, 286)
+    large = ComputedPermutation(2**40 + 1, 16, 1234, 3)
+    assert large.half == 21
+    assert computed_positions(large, 15, 0, 3) == (331469302356, 162648608941, 526431548276)
+    assert [f"{k:016x}" for k in round_keys(0, 0)] == [
+        "e220a8397b1dcdaf",
+        "6e789e6aa1b965f4",
+        "06c45d188009454f",
+        "f88bb8a8724c81ec",
+        "1b39896a51a8749b",
+        "53cb9f0c747ea2ea",
+        "2c829abe1f4532e1",
+        "c584133ac916ab3c",
+    ]
+
+
 def test_mix64_is_a_bijection_on_a_sample() -> None:
     values = [mix64(x) for x in range(0, 2**64, 2**44 + 12345)]
     assert len(set(values)) == len(values) and all(0 <= v < 2**64 for v in values)

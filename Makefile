@@ -56,9 +56,10 @@ clean:
 vectors: $(STAMP)
 	$(PY) -m elastic_loader.testing.vectors generate
 
-## bench: the side-by-side ratio table (elastic-loader vs lancedb.streaming vs raw take)
+## bench: the side-by-side ratio table (elastic-loader vs lancedb.streaming vs raw take);
+## writes benchmarks/results.local.json (git-ignored), or the committed benchmarks/results.json with SAVE=1
 bench: $(STAMP)
-	$(PY) benchmarks/compare.py --json benchmarks/results.json
+	$(PY) benchmarks/compare.py $(if $(SAVE),--save)
 
 ## soak: the long kill/resume run of tests/distributed (JSON report in soak_report.json)
 soak: $(STAMP)

@@ -11,6 +11,10 @@ reads; it never fails for a missing file or package (the value is then ``None``)
 
 ``results_path(name, save)``: where a script writes its results. Without ``--save`` a
 git-ignored ``benchmarks/<name>.local.json``; with it the committed ``<name>.json``.
+
+``python benchmarks/meta.py extra NAME`` prints the requirements of pyproject's optional
+dependency group ``NAME``, one per line (``make bench-peers`` installs them with
+``--no-deps``); ``python benchmarks/meta.py`` prints ``environment()``.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import json
 import os
 import platform
 import subprocess
+import sys
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -100,3 +105,17 @@ def results_path(name: str, save: bool) -> Path:
 def write(path: Path, results: dict[str, Any]) -> None:
     path.write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {path}")
+
+
+def extra(name: str) -> list[str]:
+    import tomllib  # Python 3.11+, like the Makefile's venv
+
+    with open(HERE.parent / "pyproject.toml", "rb") as handle:
+        return list(tomllib.load(handle)["project"]["optional-dependencies"][name])
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["extra"]:
+        print("\n".join(extra(sys.argv[2])))
+    else:
+        print(json.dumps(environment(), indent=2))

@@ -104,8 +104,8 @@ from .machines import (
     check_invariants,
 )
 from .tables import TOKEN_COLUMN, TableCache, TableKey
-from .vector_cases import (
-    FAMILIES,
+from .vectors import FAMILIES, VectorCase, default_directory, load_vectors
+from .vectors.codec import (
     Json,
     JsonObject,
     as_int,
@@ -120,7 +120,6 @@ from .vector_cases import (
     enc_state,
     encode_int,
 )
-from .vectors import VectorCase, default_directory, load_vectors
 
 __all__ = [
     "DEFAULT_MACHINES",

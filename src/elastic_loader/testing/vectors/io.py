@@ -1,4 +1,4 @@
-"""Language-neutral test vectors: generate, check, and read them.
+"""The vector files: generate, check and read them (the ``python -m`` command lives here).
 
 Usage::
 
@@ -6,7 +6,7 @@ Usage::
     python -m elastic_loader.testing.vectors check [--dir spec/vectors]
 
 ``generate`` writes one ``<family>.json`` per family of
-:mod:`elastic_loader.testing.vector_cases`; the text is canonical (fixed key
+:mod:`elastic_loader.testing.vectors.families`; the text is canonical (fixed key
 order, sets sorted, no timestamps), so regenerating is byte-identical.
 ``check`` regenerates in memory, compares with the files, prints every
 difference case by case, and exits 1 if there is one.
@@ -27,24 +27,15 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TypedDict, cast
 
-from .vector_cases import (
-    FAMILIES,
-    FORMAT_VERSION,
-    Json,
-    JsonObject,
-    VectorFormatError,
-    decode_value,
-    replay,
-)
+from .codec import FORMAT_VERSION, Json, JsonObject, VectorFormatError
+from .families import FAMILIES
 
 __all__ = [
-    "FAMILIES",
-    "FORMAT_VERSION",
     "REGENERATE",
-    "check",
+    "WIDTH",
     "VectorCase",
     "VectorFile",
-    "decode_value",
+    "check",
     "default_directory",
     "describe_differences",
     "dumps",
@@ -52,11 +43,12 @@ __all__ = [
     "load_vectors",
     "main",
     "render_family",
-    "replay",
     "run_family",
 ]
 
 REGENERATE = "python -m elastic_loader.testing.vectors generate"
+DESCRIPTION = "Language-neutral test vectors: generate, check, and read them."
+"""The command's description (``--help``)."""
 WIDTH = 100
 """A container whose compact form fits in this many columns (with its indent) stays on one line."""
 
@@ -153,7 +145,7 @@ def default_directory() -> Path:
     env = os.environ.get("ELASTIC_LOADER_VECTORS")
     if env:
         return Path(env)
-    checkout = Path(__file__).resolve().parents[3] / "spec"
+    checkout = Path(__file__).resolve().parents[4] / "spec"
     if checkout.is_dir():
         return checkout / "vectors"
     return Path("spec") / "vectors"
@@ -295,9 +287,7 @@ def check(directory: Path, fresh: Mapping[str, str] | None = None) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m elastic_loader.testing.vectors``."""
-    parser = argparse.ArgumentParser(
-        prog="python -m elastic_loader.testing.vectors", description=(__doc__ or "").split("\n")[0]
-    )
+    parser = argparse.ArgumentParser(prog="python -m elastic_loader.testing.vectors", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True)
     gen = sub.add_parser("generate", help="write one JSON file per family")
     gen.add_argument("--out", type=Path, default=None, help="output directory (default: spec/vectors)")
@@ -325,6 +315,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{directory}: all {len(FAMILIES)} families match the model")
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

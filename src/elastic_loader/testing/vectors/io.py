@@ -222,23 +222,48 @@ def describe_differences(name: str, expected: str, actual: str | None, max_lines
         new = json.loads(expected)
     except json.JSONDecodeError as error:
         return [f"{name}: committed file is not valid JSON ({error})"]
-    out: list[str] = []
-    for key in ("family", "format_version", "summary", "regenerate"):
-        if old.get(key) != new.get(key):
-            out.append(f"{name}: {key} is {old.get(key)!r}, expected {new.get(key)!r}")
-    old_cases = {c.get("name"): c for c in old.get("cases", []) if isinstance(c, dict)}
-    new_cases = {c["name"]: c for c in new["cases"]}
-    for case_name in new_cases.keys() - old_cases.keys():
-        out.append(f"{name}: case {case_name!r} is missing from the committed file")
-    for case_name in old_cases.keys() - new_cases.keys():
-        out.append(f"{name}: case {case_name!r} is committed but no longer generated")
+    out = [
+        f"{name}: {key} is {old.get(key)!r}, expected {new.get(key)!r}"
+        for key in ("family", "format_version", "summary", "regenerate")
+        if old.get(key) != new.get(key)
+    ]
+    old_cases = [c for c in old.get("cases", []) if isinstance(c, dict)]
+    out += _case_differences(name, old_cases, new["cases"], max_lines)
+    if [c.get("name") for c in old_cases] != list(dict.fromkeys(c["name"] for c in new["cases"])) and not out:
+        out.append(f"{name}: cases are in a different order")
+    if not out:
+        line = next(
+            i
+            for i, (a, b) in enumerate(zip([*actual.splitlines(), ""], [*expected.splitlines(), ""]))
+            if a != b
+        )
+        out.append(f"{name}: same content, different formatting from line {line + 1}")
+    return out
+
+
+def _case_differences(
+    name: str,
+    committed: Sequence[Mapping[str, Json]],
+    generated: Sequence[Mapping[str, Json]],
+    max_lines: int,
+) -> list[str]:
+    """Cases missing from either side, and a diff of every case whose content differs."""
+    old_cases = {c.get("name"): c for c in committed}
+    new_cases = {c["name"]: c for c in generated}
+    out = [
+        f"{name}: case {n!r} is missing from the committed file" for n in new_cases.keys() - old_cases.keys()
+    ]
+    out += [
+        f"{name}: case {n!r} is committed but no longer generated"
+        for n in old_cases.keys() - new_cases.keys()
+    ]
     for case_name, case in new_cases.items():
-        committed = old_cases.get(case_name)
-        if committed is None or committed == case:
+        old = old_cases.get(case_name)
+        if old is None or old == case:
             continue
         diff = difflib.unified_diff(
-            dumps(committed).splitlines(),
-            dumps(case).splitlines(),
+            dumps(cast(Json, old)).splitlines(),
+            dumps(cast(Json, case)).splitlines(),
             "committed",
             "generated",
             lineterm="",
@@ -249,15 +274,6 @@ def describe_differences(name: str, expected: str, actual: str | None, max_lines
             [f"... {len(lines) - max_lines} more diff lines"] if len(lines) > max_lines else []
         )
         out.append(f"{name}: case {case_name!r} differs:\n" + "\n".join(shown))
-    if [c.get("name") for c in old.get("cases", []) if isinstance(c, dict)] != list(new_cases) and not out:
-        out.append(f"{name}: cases are in a different order")
-    if not out:
-        line = next(
-            i
-            for i, (a, b) in enumerate(zip([*actual.splitlines(), ""], [*expected.splitlines(), ""]))
-            if a != b
-        )
-        out.append(f"{name}: same content, different formatting from line {line + 1}")
     return out
 
 
@@ -314,4 +330,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     print(f"{directory}: all {len(FAMILIES)} families match the model")
     return 0
-

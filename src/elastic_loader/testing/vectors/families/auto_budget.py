@@ -27,6 +27,8 @@ from ..plumbing import CaseDef, Codec, attempt, family, make_case
 
 @dataclass(frozen=True)
 class AutoBudgetInput:
+    """Token counts of every document per split, the seed that picks the sample, and ``L``."""
+
     doc_lengths: tuple[tuple[int | None, ...], ...]
     shuffle_seed: int
     pack_sequences: int
@@ -87,67 +89,89 @@ def _not_sampled(lengths: Sequence[Sequence[int | None]], seed: int, split: int,
         raise AssertionError(f"position {position} of split {split} is sampled; the case needs another seed")
 
 
-def cases() -> list[CaseDef]:
-    """The ``blocks_per_epoch="auto"`` estimate from document lengths."""
+def _case(
+    name: str,
+    description: str,
+    lengths: Sequence[Sequence[int | None]],
+    seed: int,
+    length: int,
+    check: Callable[[], None] | None = None,
+) -> CaseDef:
+    """A case of this family; ``check`` runs after the model."""
+    value = AutoBudgetInput(tuple(tuple(s) for s in lengths), seed, length)
+    return make_case("auto_budget", CODEC, name, description, value, check)
 
-    def case(
-        name: str,
-        description: str,
-        lengths: Sequence[Sequence[int | None]],
-        seed: int,
-        length: int,
-        check: Callable[[], None] | None = None,
-    ) -> CaseDef:
-        value = AutoBudgetInput(tuple(tuple(s) for s in lengths), seed, length)
-        return make_case("auto_budget", CODEC, name, description, value, check)
 
-    def uniform(name: str, splits: int, docs: int, doc_len: int, length: int) -> CaseDef:
-        lengths = [[doc_len] * docs] * splits
-        expected_blocks = (doc_len + 1) * docs * splits // length
-        expected = max(splits, expected_blocks - expected_blocks % splits)
+def _uniform(name: str, splits: int, docs: int, doc_len: int, length: int) -> CaseDef:
+    """``splits`` splits of ``docs`` documents of ``doc_len`` tokens, checked against the closed form."""
+    lengths = [[doc_len] * docs] * splits
+    expected_blocks = (doc_len + 1) * docs * splits // length
+    expected = max(splits, expected_blocks - expected_blocks % splits)
 
-        def check() -> None:
-            got = estimate_blocks_per_epoch(lengths, 0, length)
-            if got != expected:
-                raise AssertionError(f"uniform corpus: estimate {got}, closed form {expected}")
+    def check() -> None:
+        got = estimate_blocks_per_epoch(lengths, 0, length)
+        if got != expected:
+            raise AssertionError(f"uniform corpus: estimate {got}, closed form {expected}")
 
-        return case(
-            name,
-            f"{splits} splits of {docs} documents of {doc_len} tokens, L={length}: closed form",
-            lengths,
-            0,
-            length,
-            check,
-        )
+    description = f"{splits} splits of {docs} documents of {doc_len} tokens, L={length}: closed form"
+    return _case(name, description, lengths, 0, length, check)
 
+
+def _seeded_lengths() -> tuple[list[list[int]], list[list[int]]]:
+    """Two splits of 250 documents, and three of 7, from one seeded generator."""
     rng = random.Random(71)
     big = [[rng.randint(0, 40) for _ in range(n)] for n in (250, 250)]
     varied = [[rng.randint(0, 30) for _ in range(n)] for n in (7, 7, 7)]
-    cases = [
-        uniform("uniform_one_split", 1, 10, 3, 4),
-        uniform("uniform_four_splits", 4, 20, 7, 16),
-        uniform("uniform_rounds_down_to_multiple_of_splits", 3, 10, 4, 7),
-        uniform("uniform_tiny_corpus_floors_at_num_splits", 4, 1, 0, 64),
-        uniform("uniform_empty_documents_count_eos", 2, 30, 0, 2),
-        case(
+    return big, varied
+
+
+_BIG, _VARIED = _seeded_lengths()
+
+
+def cases() -> list[CaseDef]:
+    """The ``blocks_per_epoch="auto"`` estimate from document lengths."""
+    return [*_uniform_cases(), *_sampling_cases(), *_null_cases(), *_random_cases()]
+
+
+def _uniform_cases() -> list[CaseDef]:
+    """Corpora of equal documents, where the estimate has a closed form."""
+    return [
+        _uniform("uniform_one_split", 1, 10, 3, 4),
+        _uniform("uniform_four_splits", 4, 20, 7, 16),
+        _uniform("uniform_rounds_down_to_multiple_of_splits", 3, 10, 4, 7),
+        _uniform("uniform_tiny_corpus_floors_at_num_splits", 4, 1, 0, 64),
+        _uniform("uniform_empty_documents_count_eos", 2, 30, 0, 2),
+    ]
+
+
+def _sampling_cases() -> list[CaseDef]:
+    """Which documents are sampled: per seed, per split size."""
+    return [
+        _case(
             "ten_documents_two_splits",
             "10 documents, 23 tokens with EOS, 2 splits, L=4: one document per split is sampled",
             [[1, 2, 1, 3, 1], [2, 1, 1, 0, 1]],
             0,
             4,
         ),
-        case("varied_lengths_seed_0", "one document per split is sampled (n <= 100)", varied, 0, 8),
-        case("varied_lengths_seed_1", "another seed samples other documents", varied, 1, 8),
-        case("varied_lengths_seed_12345", "another seed samples other documents", varied, 12345, 8),
-        case(
+        _case("varied_lengths_seed_0", "one document per split is sampled (n <= 100)", _VARIED, 0, 8),
+        _case("varied_lengths_seed_1", "another seed samples other documents", _VARIED, 1, 8),
+        _case("varied_lengths_seed_12345", "another seed samples other documents", _VARIED, 12345, 8),
+        _case(
             "large_splits_sample_three_each",
             "250 documents per split: ceil(250/100) = 3 samples each",
-            big,
+            _BIG,
             7,
             32,
         ),
-        case("large_and_small_splits", "splits of different sizes", [big[0][:101], varied[0]], 3, 16),
-        case(
+        _case("large_and_small_splits", "splits of different sizes", [_BIG[0][:101], _VARIED[0]], 3, 16),
+    ]
+
+
+def _null_cases() -> list[CaseDef]:
+    """Null token lists in and outside the sample, and an empty split."""
+    return [
+        _case(
             "null_outside_the_sample_is_not_seen",
             "only sampled documents are read",
             [[5, None, 5, 5, 5], [5, 5, 5, 5, 5]],
@@ -155,21 +179,21 @@ def cases() -> list[CaseDef]:
             4,
             lambda: _not_sampled([[5, None, 5, 5, 5], [5, 5, 5, 5, 5]], 0, 0, 1),
         ),
-        case("error_null_in_sample", "a sampled null token list is rejected", [[None] * 5, [5] * 5], 0, 4),
-        case("error_empty_split", "a split without documents cannot be estimated", [[3, 4], []], 0, 4),
+        _case("error_null_in_sample", "a sampled null token list is rejected", [[None] * 5, [5] * 5], 0, 4),
+        _case("error_empty_split", "a split without documents cannot be estimated", [[3, 4], []], 0, 4),
     ]
+
+
+def _random_cases() -> list[CaseDef]:
+    """Seeded random document lengths, seeds and sequence lengths."""
+    cases: list[CaseDef] = []
     for seed in range(6):
         r = random.Random(3000 + seed)
         s = r.choice((1, 2, 3, 4))
         lengths = [[r.randint(0, 50) for _ in range(r.randint(1, 150))] for _ in range(s)]
+        description = f"random(seed={3000 + seed}): {s} splits"
         cases.append(
-            case(
-                f"random_{seed:02d}",
-                f"random(seed={3000 + seed}): {s} splits",
-                lengths,
-                r.randint(0, 99),
-                r.choice((8, 16, 64)),
-            )
+            _case(f"random_{seed:02d}", description, lengths, r.randint(0, 99), r.choice((8, 16, 64)))
         )
     return cases
 

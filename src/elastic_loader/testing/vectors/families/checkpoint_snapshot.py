@@ -38,6 +38,8 @@ from .fixtures import FINGERPRINT, PACKING4
 
 @dataclass(frozen=True)
 class SnapshotInput:
+    """A config and a state of ``mode`` (``"row"`` or ``"packed"``) to write as a checkpoint."""
+
     config: RunConfig
     mode: str
     state: RowState | PackedState

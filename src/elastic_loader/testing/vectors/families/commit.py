@@ -36,6 +36,8 @@ from .fixtures import changed
 
 @dataclass(frozen=True)
 class CommitInput:
+    """The parent's state and the snapshot one delivered batch carries (possibly malformed)."""
+
     config: RunConfig
     parent: RowState | PackedState
     incoming: object
@@ -82,98 +84,117 @@ def _run(x: CommitInput) -> JsonObject:
 CODEC = Codec(_encode, _decode, _run)
 
 
+_PERM = random_perm(random.Random(61), 4, 6)
+_CFG = RunConfig(4, 9, 0)
+_W0 = iterate_rows(_PERM, NO_FAULTS, (0, 1), initial_row_state(4))
+_W1 = iterate_rows(_PERM, NO_FAULTS, (2, 3), initial_row_state(4))
+_PACKING = PackingConfig(3, 1, 0, 12)
+_PCFG = RunConfig(4, 9, 0, None, _PACKING)
+_DOCS = corpus_map(random_corpus(random.Random(62), 24, 5))
+_PW0 = iterate_packed(_PERM, _DOCS, NO_FAULTS, (0, 1), _PACKING, initial_packed_state(4))
+_PW1 = iterate_packed(_PERM, _DOCS, NO_FAULTS, (2, 3), _PACKING, initial_packed_state(4))
+_AFTER_W0 = commit_row(_CFG, initial_row_state(4), snapshot_row(_CFG, _W0.state_after(4)))
+_PACKED_AFTER_W0 = commit_packed(_PCFG, initial_packed_state(4), snapshot_packed(_PCFG, _PW0.state_after(2)))
+
+
+def _case(
+    name: str, description: str, config: RunConfig, parent: RowState | PackedState, incoming: object
+) -> CaseDef:
+    """A case of this family."""
+    return make_case("commit", CODEC, name, description, CommitInput(config, parent, incoming))
+
+
 def cases() -> list[CaseDef]:
     """Folding the snapshot carried by one delivered batch into the parent's state."""
+    return [*_row_cases(), *_packed_cases(), *_error_cases()]
 
-    def case(
-        name: str, description: str, config: RunConfig, parent: RowState | PackedState, incoming: object
-    ) -> CaseDef:
-        return make_case("commit", CODEC, name, description, CommitInput(config, parent, incoming))
 
-    perm = random_perm(random.Random(61), 4, 6)
-    cfg = RunConfig(4, 9, 0)
-    w0 = iterate_rows(perm, NO_FAULTS, (0, 1), initial_row_state(4))
-    w1 = iterate_rows(perm, NO_FAULTS, (2, 3), initial_row_state(4))
-    corpus = random_corpus(random.Random(62), 24, 5)
-    pcfg = RunConfig(4, 9, 0, None, PackingConfig(3, 1, 0, 12))
-    docs = corpus_map(corpus)
-    assert pcfg.packing is not None
-    pw0 = iterate_packed(perm, docs, NO_FAULTS, (0, 1), pcfg.packing, initial_packed_state(4))
-    pw1 = iterate_packed(perm, docs, NO_FAULTS, (2, 3), pcfg.packing, initial_packed_state(4))
-    after_w0 = commit_row(cfg, initial_row_state(4), snapshot_row(cfg, w0.state_after(4)))
-    packed_after_w0 = commit_packed(pcfg, initial_packed_state(4), snapshot_packed(pcfg, pw0.state_after(2)))
+def _row_cases() -> list[CaseDef]:
+    """Row mode: two workers' snapshots fold into the parent; stale and legacy snapshots."""
     return [
-        case(
+        _case(
             "row_first_batch_of_worker_0",
             "the parent takes worker 0's progress on its splits",
-            cfg,
+            _CFG,
             initial_row_state(4),
-            snapshot_row(cfg, w0.state_after(4)),
+            snapshot_row(_CFG, _W0.state_after(4)),
         ),
-        case(
+        _case(
             "row_then_worker_1",
             "worker 1's snapshot does not undo worker 0's progress",
-            cfg,
-            after_w0,
-            snapshot_row(cfg, w1.state_after(4)),
+            _CFG,
+            _AFTER_W0,
+            snapshot_row(_CFG, _W1.state_after(4)),
         ),
-        case(
+        _case(
             "row_stale_snapshot_changes_nothing",
             "an older snapshot of the same worker is absorbed",
-            cfg,
-            commit_row(cfg, after_w0, snapshot_row(cfg, w0.state_after(6))),
-            snapshot_row(cfg, w0.state_after(4)),
+            _CFG,
+            commit_row(_CFG, _AFTER_W0, snapshot_row(_CFG, _W0.state_after(6))),
+            snapshot_row(_CFG, _W0.state_after(4)),
         ),
-        case(
+        _case(
             "row_legacy_int_snapshot",
             "a legacy int snapshot is a uniform list",
-            cfg,
-            after_w0,
+            _CFG,
+            _AFTER_W0,
             {"shuffle_seed": 9, "num_splits": 4, "epoch": 0, "samples_consumed_per_split": 3},
         ),
-        case(
+    ]
+
+
+def _packed_cases() -> list[CaseDef]:
+    """Packed mode: each worker's splits advance; a tie keeps the parent's split state."""
+    return [
+        _case(
             "packed_first_batch",
             "the parent takes worker 0's blocks and buffers",
-            pcfg,
+            _PCFG,
             initial_packed_state(4),
-            snapshot_packed(pcfg, pw0.state_after(2)),
+            snapshot_packed(_PCFG, _PW0.state_after(2)),
         ),
-        case(
+        _case(
             "packed_then_worker_1",
             "worker 1's splits advance, worker 0's stay",
-            pcfg,
-            packed_after_w0,
-            snapshot_packed(pcfg, pw1.state_after(2)),
+            _PCFG,
+            _PACKED_AFTER_W0,
+            snapshot_packed(_PCFG, _PW1.state_after(2)),
         ),
-        case(
+        _case(
             "packed_equal_progress_keeps_parent",
             "a tie keeps the parent's split state",
-            pcfg,
-            packed_after_w0,
-            snapshot_packed(pcfg, pw0.state_after(2)),
+            _PCFG,
+            _PACKED_AFTER_W0,
+            snapshot_packed(_PCFG, _PW0.state_after(2)),
         ),
-        case(
+    ]
+
+
+def _error_cases() -> list[CaseDef]:
+    """Snapshots the parent rejects."""
+    return [
+        _case(
             "error_epoch_differs",
             "the incoming snapshot is checked like a load",
-            cfg,
-            after_w0,
-            changed(snapshot_row(cfg, w1.state_after(2)), epoch=1),
+            _CFG,
+            _AFTER_W0,
+            changed(snapshot_row(_CFG, _W1.state_after(2)), epoch=1),
         ),
-        case(
+        _case(
             "error_mode_differs",
             "a packed snapshot into a row parent",
-            cfg,
-            after_w0,
-            snapshot_packed(pcfg, pw1.state_after(2)),
+            _CFG,
+            _AFTER_W0,
+            snapshot_packed(_PCFG, _PW1.state_after(2)),
         ),
-        case(
+        _case(
             "error_list_length",
             "the incoming lists have one entry per split",
-            cfg,
-            after_w0,
-            changed(snapshot_row(cfg, w1.state_after(2)), samples_consumed_per_split=[0, 0, 1]),
+            _CFG,
+            _AFTER_W0,
+            changed(snapshot_row(_CFG, _W1.state_after(2)), samples_consumed_per_split=[0, 0, 1]),
         ),
-        case("error_not_a_dict", "the incoming snapshot is a dict", pcfg, packed_after_w0, None),
+        _case("error_not_a_dict", "the incoming snapshot is a dict", _PCFG, _PACKED_AFTER_W0, None),
     ]
 
 

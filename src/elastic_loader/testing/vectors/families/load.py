@@ -48,6 +48,8 @@ from .fixtures import (
 
 @dataclass(frozen=True)
 class LoadInput:
+    """A dataset config, its split length, and the checkpoint to load (possibly malformed)."""
+
     config: RunConfig
     split_len: int
     checkpoint: object
@@ -81,100 +83,120 @@ def _run(x: LoadInput) -> JsonObject:
 CODEC = Codec(_encode, _decode, _run)
 
 
+_ROW = snapshot_row(ROW_CONFIG, ROW_STATE)
+_STRATEGY = snapshot_row(STRATEGY_CONFIG, ROW_STATE)
+_PACKED = snapshot_packed(PACKED_CONFIG, PACKED_STATE)
+
+
+def _case(name: str, description: str, config: RunConfig, checkpoint: object, split_len: int = 5) -> CaseDef:
+    """A case of this family (split length 5 unless given)."""
+    return make_case("load", CODEC, name, description, LoadInput(config, split_len, checkpoint))
+
+
+def _auto(name: str, description: str, checkpoint: object) -> CaseDef:
+    """A case whose config is the packed one when the checkpoint has ``pack_buffers``, else the row one."""
+    config = PACKED_CONFIG if isinstance(checkpoint, Mapping) and "pack_buffers" in checkpoint else ROW_CONFIG
+    return _case(name, description, config, checkpoint)
+
+
 def cases() -> list[CaseDef]:
     """Checkpoint validation on load: the parsed progress, or the error class and code."""
-    row = snapshot_row(ROW_CONFIG, ROW_STATE)
-    strategy = snapshot_row(STRATEGY_CONFIG, ROW_STATE)
-    packed = snapshot_packed(PACKED_CONFIG, PACKED_STATE)
-
-    def case(
-        name: str, description: str, config: RunConfig, checkpoint: object, split_len: int = 5
-    ) -> CaseDef:
-        return make_case("load", CODEC, name, description, LoadInput(config, split_len, checkpoint))
-
-    def auto(name: str, description: str, checkpoint: object) -> CaseDef:
-        config = (
-            PACKED_CONFIG if isinstance(checkpoint, Mapping) and "pack_buffers" in checkpoint else ROW_CONFIG
-        )
-        return case(name, description, config, checkpoint)
-
     return [
-        case("row_snapshot", "a row checkpoint as written (in-memory form)", ROW_CONFIG, row),
-        case(
+        *_row_cases(),
+        *_packed_cases(),
+        *_shape_cases(),
+        *_config_mismatch_cases(),
+        *_mode_mismatch_cases(),
+        *_range_cases(),
+        *checkpoint_fault_cases(_auto, _ROW, _PACKED),
+    ]
+
+
+def _row_cases() -> list[CaseDef]:
+    """Row checkpoints the model accepts: as written, legacy forms, extra keys, other key orders."""
+    return [
+        _case("row_snapshot", "a row checkpoint as written (in-memory form)", ROW_CONFIG, _ROW),
+        _case(
             "row_fresh",
             "a row checkpoint before any row",
             ROW_CONFIG,
             snapshot_row(ROW_CONFIG, initial_row_state(4)),
         ),
-        case(
+        _case(
             "row_at_split_end",
             "progress may reach the split end",
             ROW_CONFIG,
-            changed(row, positions_consumed_per_split=[5, 5, 5, 5], samples_consumed_per_split=[5, 4, 5, 3]),
+            changed(_ROW, positions_consumed_per_split=[5, 5, 5, 5], samples_consumed_per_split=[5, 4, 5, 3]),
         ),
-        case(
+        _case(
             "row_legacy_int_samples",
             "a legacy int count is a uniform list; positions default to it",
             ROW_CONFIG,
-            without(changed(row, samples_consumed_per_split=3), "positions_consumed_per_split"),
+            without(changed(_ROW, samples_consumed_per_split=3), "positions_consumed_per_split"),
         ),
-        case(
+        _case(
             "row_legacy_int_with_positions",
             "a legacy int count with a positions list",
             ROW_CONFIG,
-            changed(row, samples_consumed_per_split=1),
+            changed(_ROW, samples_consumed_per_split=1),
         ),
-        case(
+        _case(
             "row_positions_missing",
             "without positions, positions equal samples",
             ROW_CONFIG,
-            without(row, "positions_consumed_per_split"),
+            without(_ROW, "positions_consumed_per_split"),
         ),
-        case(
+        _case(
             "row_positions_null",
             "a null positions entry counts as missing",
             ROW_CONFIG,
-            changed(row, positions_consumed_per_split=None),
+            changed(_ROW, positions_consumed_per_split=None),
         ),
-        case(
+        _case(
             "row_unknown_key_ignored",
             "keys the format does not define are ignored",
             ROW_CONFIG,
-            changed(row, note="written by another tool"),
+            changed(_ROW, note="written by another tool"),
         ),
-        case(
+        _case(
             "row_keys_in_other_order",
             "key order does not matter on load",
             ROW_CONFIG,
-            dict(reversed(list(row.items()))),
+            dict(reversed(list(_ROW.items()))),
         ),
-        case(
+        _case(
             "row_with_fingerprint",
             "a split_strategy dataset loads its own fingerprint",
             STRATEGY_CONFIG,
-            strategy,
+            _STRATEGY,
         ),
-        case(
+        _case(
             "row_big_seed",
             "a shuffle_seed near 2**64 compares exactly",
             RunConfig(4, 2**64 - 2, 0),
             snapshot_row(RunConfig(4, 2**64 - 2, 0), ROW_STATE),
         ),
-        case("packed_snapshot", "a packed checkpoint as written (int buffer keys)", PACKED_CONFIG, packed),
-        case(
+    ]
+
+
+def _packed_cases() -> list[CaseDef]:
+    """Packed checkpoints the model accepts: int or string buffer keys, empty buffers, at the budget."""
+    return [
+        _case("packed_snapshot", "a packed checkpoint as written (int buffer keys)", PACKED_CONFIG, _PACKED),
+        _case(
             "packed_string_buffer_keys",
             "JSON turns buffer keys into strings; they are accepted",
             PACKED_CONFIG,
             with_buffers(
-                packed, {"0": {"tokens": [10, 1], "starts": [1]}, "3": {"tokens": [1], "starts": []}}
+                _PACKED, {"0": {"tokens": [10, 1], "starts": [1]}, "3": {"tokens": [1], "starts": []}}
             ),
         ),
-        case(
+        _case(
             "packed_empty_buffer_dropped",
             "an empty buffer is the same as a missing one",
             PACKED_CONFIG,
             with_buffers(
-                packed,
+                _PACKED,
                 {
                     "0": {"tokens": [10, 1], "starts": [1]},
                     "1": {"tokens": [], "starts": []},
@@ -182,129 +204,160 @@ def cases() -> list[CaseDef]:
                 },
             ),
         ),
-        case(
+        _case(
             "packed_fresh",
             "a packed checkpoint before any block",
             PACKED_CONFIG,
             snapshot_packed(PACKED_CONFIG, initial_packed_state(4)),
         ),
-        case(
+        _case(
             "packed_at_budget",
             "every split emitted its budget",
             PACKED_CONFIG,
-            changed(packed, blocks_emitted_per_split=[2, 2, 2, 2]),
+            changed(_PACKED, blocks_emitted_per_split=[2, 2, 2, 2]),
         ),
-        case("error_not_a_dict", "a checkpoint is a dict", ROW_CONFIG, [row]),
-        case("error_null", "a checkpoint is a dict", ROW_CONFIG, None),
-        case("error_string", "a checkpoint is a dict", PACKED_CONFIG, "checkpoint"),
-        case(
+    ]
+
+
+def _shape_cases() -> list[CaseDef]:
+    """Not a checkpoint dict, or a required key missing."""
+    return [
+        _case("error_not_a_dict", "a checkpoint is a dict", ROW_CONFIG, [_ROW]),
+        _case("error_null", "a checkpoint is a dict", ROW_CONFIG, None),
+        _case("error_string", "a checkpoint is a dict", PACKED_CONFIG, "checkpoint"),
+        _case(
             "error_missing_shuffle_seed",
             "config keys are required",
             ROW_CONFIG,
-            without(row, "shuffle_seed"),
+            without(_ROW, "shuffle_seed"),
         ),
-        case("error_missing_num_splits", "config keys are required", ROW_CONFIG, without(row, "num_splits")),
-        case("error_missing_epoch", "config keys are required", ROW_CONFIG, without(row, "epoch")),
-        case(
+        _case(
+            "error_missing_num_splits", "config keys are required", ROW_CONFIG, without(_ROW, "num_splits")
+        ),
+        _case("error_missing_epoch", "config keys are required", ROW_CONFIG, without(_ROW, "epoch")),
+        _case(
             "error_missing_pack_sequences",
             "packing keys are required",
             PACKED_CONFIG,
-            without(packed, "pack_sequences"),
+            without(_PACKED, "pack_sequences"),
         ),
-        case("error_num_splits_differs", "num_splits must match", ROW_CONFIG, changed(row, num_splits=8)),
-        case(
-            "error_shuffle_seed_differs", "shuffle_seed must match", ROW_CONFIG, changed(row, shuffle_seed=41)
+    ]
+
+
+def _config_mismatch_cases() -> list[CaseDef]:
+    """A checkpoint of another configuration or permutation."""
+    return [
+        _case("error_num_splits_differs", "num_splits must match", ROW_CONFIG, changed(_ROW, num_splits=8)),
+        _case(
+            "error_shuffle_seed_differs",
+            "shuffle_seed must match",
+            ROW_CONFIG,
+            changed(_ROW, shuffle_seed=41),
         ),
-        case(
-            "error_epoch_differs_row_mode", "row mode checks the epoch too", ROW_CONFIG, changed(row, epoch=2)
+        _case(
+            "error_epoch_differs_row_mode",
+            "row mode checks the epoch too",
+            ROW_CONFIG,
+            changed(_ROW, epoch=2),
         ),
-        case(
+        _case(
             "error_epoch_differs_packed_mode",
             "packed mode checks the epoch",
             PACKED_CONFIG,
-            changed(packed, epoch=1),
+            changed(_PACKED, epoch=1),
         ),
-        case(
+        _case(
             "error_num_splits_is_string",
             "a string is not the configured number",
             ROW_CONFIG,
-            changed(row, num_splits="4"),
+            changed(_ROW, num_splits="4"),
         ),
-        case(
+        _case(
             "error_fingerprint_differs",
             "a checkpoint of another permutation",
             STRATEGY_CONFIG,
-            changed(strategy, perm_fingerprint="0" * 64),
+            changed(_STRATEGY, perm_fingerprint="0" * 64),
         ),
-        case(
+        _case(
             "error_fingerprint_on_random_split_dataset",
             "a fingerprint where the dataset has none is a mismatch",
             ROW_CONFIG,
-            strategy,
+            _STRATEGY,
         ),
-        case(
+        _case(
             "error_fingerprint_missing",
             "a split_strategy dataset needs the fingerprint",
             STRATEGY_CONFIG,
-            row,
+            _ROW,
         ),
-        case(
+    ]
+
+
+def _mode_mismatch_cases() -> list[CaseDef]:
+    """A checkpoint of the other mode, or of other packing parameters."""
+    return [
+        _case(
             "error_row_checkpoint_packed_dataset",
             "row and packed checkpoints do not mix",
             PACKED_CONFIG,
             snapshot_row(replace(PACKED_CONFIG, packing=None), RowState((0,) * 4, (0,) * 4)),
         ),
-        case(
+        _case(
             "error_packed_checkpoint_row_dataset",
             "row and packed checkpoints do not mix",
             replace(PACKED_CONFIG, packing=None),
-            packed,
+            _PACKED,
         ),
-        case(
+        _case(
             "error_pack_sequences_differs",
             "packing keys must match",
             PACKED_CONFIG,
-            changed(packed, pack_sequences=8),
+            changed(_PACKED, pack_sequences=8),
         ),
-        case("error_eos_id_differs", "packing keys must match", PACKED_CONFIG, changed(packed, eos_id=2)),
-        case("error_pad_id_differs", "packing keys must match", PACKED_CONFIG, changed(packed, pad_id=-1)),
-        case(
+        _case("error_eos_id_differs", "packing keys must match", PACKED_CONFIG, changed(_PACKED, eos_id=2)),
+        _case("error_pad_id_differs", "packing keys must match", PACKED_CONFIG, changed(_PACKED, pad_id=-1)),
+        _case(
             "error_blocks_per_epoch_differs",
             "packing keys must match",
             PACKED_CONFIG,
-            changed(packed, blocks_per_epoch=12),
+            changed(_PACKED, blocks_per_epoch=12),
         ),
-        case(
+        _case(
             "error_blocks_per_epoch_auto",
             "a checkpoint holds the resolved budget, never 'auto'",
             PACKED_CONFIG,
-            changed(packed, blocks_per_epoch="auto"),
+            changed(_PACKED, blocks_per_epoch="auto"),
         ),
-        case(
+    ]
+
+
+def _range_cases() -> list[CaseDef]:
+    """Progress beyond the split end or the budget."""
+    return [
+        _case(
             "error_row_position_beyond_split_end",
             "progress beyond the split end",
             ROW_CONFIG,
-            changed(row, positions_consumed_per_split=[3, 2, 6, 2]),
+            changed(_ROW, positions_consumed_per_split=[3, 2, 6, 2]),
         ),
-        case(
+        _case(
             "error_row_legacy_beyond_split_end",
             "a legacy count beyond the split end",
             ROW_CONFIG,
-            without(changed(row, samples_consumed_per_split=6), "positions_consumed_per_split"),
+            without(changed(_ROW, samples_consumed_per_split=6), "positions_consumed_per_split"),
         ),
-        case(
+        _case(
             "error_packed_consumed_beyond_split_end",
             "progress beyond the split end",
             PACKED_CONFIG,
-            changed(packed, samples_consumed_per_split=[3, 2, 2, 6]),
+            changed(_PACKED, samples_consumed_per_split=[3, 2, 2, 6]),
         ),
-        case(
+        _case(
             "error_packed_emitted_beyond_budget",
             "more blocks than the per-split budget",
             PACKED_CONFIG,
-            changed(packed, blocks_emitted_per_split=[3, 3, 3, 3]),
+            changed(_PACKED, blocks_emitted_per_split=[3, 3, 3, 3]),
         ),
-        *checkpoint_fault_cases(auto, row, packed),
     ]
 
 

@@ -56,6 +56,8 @@ from ..plumbing import (
 
 @dataclass(frozen=True)
 class LoaderInput:
+    """One rank's loader: config, permutation, faults, corpus (packing), shape, batch size and start."""
+
     config: RunConfig
     permutation: Permutation
     faults: Faults
@@ -130,150 +132,182 @@ def _run(x: LoaderInput) -> JsonObject:
 CODEC = Codec(_encode, _decode, _run)
 
 
+_PERM = random_perm(random.Random(81), 4, 5)
+_CFG = RunConfig(4, 5, 0)
+_CORPUS = random_corpus(random.Random(82), 20, 4)
+_PACKING = PackingConfig(4, 1, 0, 12)
+_PCFG = RunConfig(4, 5, 0, None, _PACKING)
+_PERM8 = random_perm(random.Random(83), 8, 3)
+_CFG8 = RunConfig(8, 5, 0)
+_MID = iterate_rows(_PERM, NO_FAULTS, (0, 1, 2, 3), initial_row_state(4)).state_after(8)
+_PACKED_MID = iterate_packed(
+    _PERM, corpus_map(_CORPUS), NO_FAULTS, (0, 1, 2, 3), _PACKING, initial_packed_state(4)
+).state_after(4)
+
+
+def _case(
+    name: str,
+    description: str,
+    config: RunConfig,
+    perm: Permutation,
+    world_size: int,
+    rank: int,
+    num_workers: int,
+    batch_size: int,
+    faults: Faults = NO_FAULTS,
+    corpus: Corpus | None = None,
+    start: RowState | PackedState | None = None,
+) -> CaseDef:
+    """A case of this family; ``start`` defaults to the initial state of the mode."""
+    if start is None:
+        s = config.num_splits
+        start = initial_row_state(s) if corpus is None else initial_packed_state(s)
+    value = LoaderInput(config, perm, faults, corpus, world_size, rank, num_workers, batch_size, start)
+    return make_case("loader", CODEC, name, description, value)
+
+
 def cases() -> list[CaseDef]:
     """``StreamingDataLoader`` delivery on one rank: batches in order, and the state after each."""
+    return [*_delivery_cases(), *_fault_cases(), *_resume_cases(), *_packed_cases(), *_error_cases()]
 
-    def case(
-        name: str,
-        description: str,
-        config: RunConfig,
-        perm: Permutation,
-        world_size: int,
-        rank: int,
-        num_workers: int,
-        batch_size: int,
-        faults: Faults = NO_FAULTS,
-        corpus: Corpus | None = None,
-        start: RowState | PackedState | None = None,
-    ) -> CaseDef:
-        if start is None:
-            s = config.num_splits
-            start = initial_row_state(s) if corpus is None else initial_packed_state(s)
-        value = LoaderInput(config, perm, faults, corpus, world_size, rank, num_workers, batch_size, start)
-        return make_case("loader", CODEC, name, description, value)
 
-    perm = random_perm(random.Random(81), 4, 5)
-    cfg = RunConfig(4, 5, 0)
-    corpus = random_corpus(random.Random(82), 20, 4)
-    pcfg = RunConfig(4, 5, 0, None, PackingConfig(4, 1, 0, 12))
-    perm8 = random_perm(random.Random(83), 8, 3)
-    cfg8 = RunConfig(8, 5, 0)
-    mid = iterate_rows(perm, NO_FAULTS, (0, 1, 2, 3), initial_row_state(4)).state_after(8)
-    assert pcfg.packing is not None
-    packed_mid = iterate_packed(
-        perm, corpus_map(corpus), NO_FAULTS, (0, 1, 2, 3), pcfg.packing, initial_packed_state(4)
-    ).state_after(4)
+def _delivery_cases() -> list[CaseDef]:
+    """Batches in order from one iterator or several workers, on one rank or another."""
     return [
-        case("in_process_one_rank", "num_workers=0: one iterator, batches of 4", cfg, perm, 1, 0, 0, 4),
-        case("in_process_partial_last_batch", "the last batch is shorter", cfg, perm, 1, 0, 0, 3),
-        case("two_workers_round_robin", "batches arrive in order (index, worker)", cfg, perm, 1, 0, 2, 2),
-        case("four_workers_one_split_each", "each worker reads one split", cfg, perm, 1, 0, 4, 2),
-        case("rank_1_of_2_with_2_workers", "a rank reads only its splits", cfg8, perm8, 2, 1, 2, 3),
-        case("batch_size_one", "every row is its own batch", cfg, perm, 1, 0, 2, 1),
-        case(
+        _case("in_process_one_rank", "num_workers=0: one iterator, batches of 4", _CFG, _PERM, 1, 0, 0, 4),
+        _case("in_process_partial_last_batch", "the last batch is shorter", _CFG, _PERM, 1, 0, 0, 3),
+        _case("two_workers_round_robin", "batches arrive in order (index, worker)", _CFG, _PERM, 1, 0, 2, 2),
+        _case("four_workers_one_split_each", "each worker reads one split", _CFG, _PERM, 1, 0, 4, 2),
+        _case("rank_1_of_2_with_2_workers", "a rank reads only its splits", _CFG8, _PERM8, 2, 1, 2, 3),
+        _case("batch_size_one", "every row is its own batch", _CFG, _PERM, 1, 0, 2, 1),
+    ]
+
+
+def _fault_cases() -> list[CaseDef]:
+    """A worker that runs out early, and raising rows."""
+    return [
+        _case(
             "worker_ends_early_drops_out",
             "a worker whose splits run out first stops delivering",
-            cfg,
-            perm,
+            _CFG,
+            _PERM,
             1,
             0,
             2,
             2,
-            faults_of(skipped=[perm[0][1], perm[1][3], perm[0][4]]),
+            faults_of(skipped=[_PERM[0][1], _PERM[1][3], _PERM[0][4]]),
         ),
-        case(
+        _case(
             "worker_raises_stops_delivery",
             "a raising row turns its batch into the error; nothing after it",
-            cfg,
-            perm,
+            _CFG,
+            _PERM,
             1,
             0,
             2,
             2,
-            faults_of(raising=[perm[2][2]]),
+            faults_of(raising=[_PERM[2][2]]),
         ),
-        case(
+        _case(
             "in_process_raise_keeps_full_batches",
             "full batches before the error are delivered",
-            cfg,
-            perm,
+            _CFG,
+            _PERM,
             1,
             0,
             0,
             3,
-            faults_of(raising=[perm[3][3]]),
+            faults_of(raising=[_PERM[3][3]]),
         ),
-        case(
+    ]
+
+
+def _resume_cases() -> list[CaseDef]:
+    """Resumes at a step boundary (workers) and mid-cycle (one iterator)."""
+    return [
+        _case(
             "resume_from_step_boundary",
             "two workers resume from a one-rank checkpoint",
-            cfg,
-            perm,
+            _CFG,
+            _PERM,
             1,
             0,
             2,
             2,
-            start=mid,
+            start=_MID,
         ),
-        case(
+        _case(
             "in_process_resume_mid_cycle",
             "one iterator may resume mid-cycle (catch-up)",
-            cfg,
-            perm,
+            _CFG,
+            _PERM,
             1,
             0,
             0,
             3,
             start=RowState((3, 2, 2, 2), (3, 2, 2, 2)),
         ),
-        case("packed_two_workers", "packed blocks, two workers", pcfg, perm, 1, 0, 2, 2, corpus=corpus),
-        case("packed_in_process", "packed blocks in the process", pcfg, perm, 1, 0, 0, 3, corpus=corpus),
-        case(
+    ]
+
+
+def _packed_cases() -> list[CaseDef]:
+    """Packed blocks, in the process and from workers, and a packed resume."""
+    return [
+        _case("packed_two_workers", "packed blocks, two workers", _PCFG, _PERM, 1, 0, 2, 2, corpus=_CORPUS),
+        _case("packed_in_process", "packed blocks in the process", _PCFG, _PERM, 1, 0, 0, 3, corpus=_CORPUS),
+        _case(
             "packed_resume",
             "packed resume at a step boundary",
-            pcfg,
-            perm,
+            _PCFG,
+            _PERM,
             1,
             0,
             2,
             1,
-            corpus=corpus,
-            start=packed_mid,
+            corpus=_CORPUS,
+            start=_PACKED_MID,
         ),
-        case(
+    ]
+
+
+def _error_cases() -> list[CaseDef]:
+    """Starts and shapes the loader rejects."""
+    return [
+        _case(
             "error_workers_mid_cycle_start",
             "several workers need a step boundary",
-            cfg,
-            perm,
+            _CFG,
+            _PERM,
             1,
             0,
             2,
             2,
             start=RowState((3, 2, 2, 2), (3, 2, 2, 2)),
         ),
-        case(
+        _case(
             "error_packed_mid_cycle_start",
             "packing needs a step boundary",
-            pcfg,
-            perm,
+            _PCFG,
+            _PERM,
             1,
             0,
             0,
             2,
-            corpus=corpus,
+            corpus=_CORPUS,
             start=PackedState((1, 1, 0, 0), (1, 1, 0, 0), {}),
         ),
-        case(
+        _case(
             "error_workers_do_not_divide_splits",
             "splits per rank must divide among workers",
-            cfg,
-            perm,
+            _CFG,
+            _PERM,
             1,
             0,
             3,
             2,
         ),
-        case("error_batch_size_zero", "batch_size is at least 1", cfg, perm, 1, 0, 0, 0),
-        case("error_rank_out_of_range", "rank < world_size", cfg, perm, 2, 2, 0, 2),
+        _case("error_batch_size_zero", "batch_size is at least 1", _CFG, _PERM, 1, 0, 0, 0),
+        _case("error_rank_out_of_range", "rank < world_size", _CFG, _PERM, 2, 2, 0, 2),
     ]
 
 

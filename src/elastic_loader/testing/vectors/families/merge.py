@@ -60,6 +60,8 @@ from .fixtures import (
 
 @dataclass(frozen=True)
 class MergeInput:
+    """The checkpoints to merge, in order (possibly malformed)."""
+
     checkpoints: tuple[object, ...]
 
 
@@ -109,20 +111,39 @@ def _ranks_at_step(
     return ranks, packed_after(tuple(range(s)), steps * s)
 
 
+_ROW = snapshot_row(ROW_CONFIG, ROW_STATE)
+_PACKED = snapshot_packed(PACKED_CONFIG, PACKED_STATE)
+_OTHER = RowState((1, 3, 0, 2), (1, 4, 2, 2))
+
+
+def _case(
+    name: str, description: str, checkpoints: Sequence[object], check: Callable[[], None] | None = None
+) -> CaseDef:
+    """A case of this family; ``check`` runs after the model."""
+    return make_case("merge", CODEC, name, description, MergeInput(tuple(checkpoints)), check)
+
+
+def _with_other(name: str, description: str, bad: object) -> CaseDef:
+    """A merge of a good checkpoint of ``bad``'s mode, then ``bad``."""
+    good = _PACKED if isinstance(bad, Mapping) and "pack_buffers" in bad else _ROW
+    return _case(name, description, [good, bad])
+
+
 def cases() -> list[CaseDef]:
     """Merging every rank's checkpoint: the merged checkpoint, or the error class and code."""
-    row = snapshot_row(ROW_CONFIG, ROW_STATE)
-    packed = snapshot_packed(PACKED_CONFIG, PACKED_STATE)
+    return [
+        *_step_cases(),
+        *_row_cases(),
+        *_packed_cases(),
+        *_shape_cases(),
+        *_disagreement_cases(),
+        *_invalid_config_cases(),
+        *checkpoint_fault_cases(_with_other, _ROW, _PACKED),
+    ]
 
-    def case(
-        name: str, description: str, checkpoints: Sequence[object], check: Callable[[], None] | None = None
-    ) -> CaseDef:
-        return make_case("merge", CODEC, name, description, MergeInput(tuple(checkpoints)), check)
 
-    def with_other(name: str, description: str, bad: object) -> CaseDef:
-        good = packed if isinstance(bad, Mapping) and "pack_buffers" in bad else row
-        return case(name, description, [good, bad])
-
+def _step_cases() -> list[CaseDef]:
+    """Every rank's checkpoint at one global step: the merge is the one-rank state there."""
     perm = random_perm(random.Random(51), 4, 6)
     corpus = random_corpus(random.Random(52), 24, 5)
     cfg = RunConfig(4, 3, 0)
@@ -132,7 +153,7 @@ def cases() -> list[CaseDef]:
         ranks, single = _ranks_at_step(cfg, perm, world, steps)
         snaps = [snapshot_row(cfg, s) for s in ranks if isinstance(s, RowState)]
         cases.append(
-            case(
+            _case(
                 f"row_{world}_ranks_after_{steps}_steps",
                 f"row mode, world_size {world}, each rank at step {steps}",
                 snaps,
@@ -143,59 +164,69 @@ def cases() -> list[CaseDef]:
         ranks, single = _ranks_at_step(pcfg, perm, world, steps, corpus)
         snaps = [snapshot_packed(pcfg, s) for s in ranks if isinstance(s, PackedState)]
         cases.append(
-            case(
+            _case(
                 f"packed_{world}_ranks_after_{steps}_steps",
                 f"packed mode, world_size {world}, each rank at step {steps}",
                 snaps,
                 functools.partial(inv.MergeExactProp, pcfg, ranks, single),
             )
         )
-    other = RowState((1, 3, 0, 2), (1, 4, 2, 2))
-    cases += [
-        case("row_single_state", "merging one state normalises it", [row]),
-        case(
+    return cases
+
+
+def _row_cases() -> list[CaseDef]:
+    """Row merges: normalising, element-wise maximum, legacy forms, extra keys, fingerprints."""
+    return [
+        _case("row_single_state", "merging one state normalises it", [_ROW]),
+        _case(
             "row_elementwise_maximum",
             "samples and positions are joined by element-wise maximum",
-            [row, snapshot_row(ROW_CONFIG, other)],
-            lambda: inv.MergeLatticeInv(ROW_STATE, other, join_row(ROW_STATE, other)),
+            [_ROW, snapshot_row(ROW_CONFIG, _OTHER)],
+            lambda: inv.MergeLatticeInv(ROW_STATE, _OTHER, join_row(ROW_STATE, _OTHER)),
         ),
-        case(
+        _case(
             "row_legacy_int_and_list",
             "a legacy int is a uniform list",
-            [without(changed(row, samples_consumed_per_split=2), "positions_consumed_per_split"), row],
+            [without(changed(_ROW, samples_consumed_per_split=2), "positions_consumed_per_split"), _ROW],
         ),
-        case(
+        _case(
             "row_positions_missing",
             "a state without positions contributes its samples",
-            [without(row, "positions_consumed_per_split"), snapshot_row(ROW_CONFIG, other)],
+            [without(_ROW, "positions_consumed_per_split"), snapshot_row(ROW_CONFIG, _OTHER)],
         ),
-        case(
+        _case(
             "row_unknown_keys_dropped",
             "the merged checkpoint has exactly the format's keys",
-            [changed(row, note="x"), row],
+            [changed(_ROW, note="x"), _ROW],
         ),
-        case(
+        _case(
             "row_with_fingerprint",
             "the fingerprint is kept",
-            [snapshot_row(STRATEGY_CONFIG, ROW_STATE), snapshot_row(STRATEGY_CONFIG, other)],
+            [snapshot_row(STRATEGY_CONFIG, ROW_STATE), snapshot_row(STRATEGY_CONFIG, _OTHER)],
         ),
-        case(
+    ]
+
+
+def _packed_cases() -> list[CaseDef]:
+    """Packed merges: per split the larger progress wins, ties keep the first state."""
+    return [
+        _case(
             "packed_tie_keeps_first_state",
             "equal (emitted, consumed): the buffer of the earlier state wins",
             [
-                packed,
+                _PACKED,
                 with_buffers(
-                    packed, {0: {"tokens": [11, 1], "starts": [1]}, 3: {"tokens": [1], "starts": []}}
+                    _PACKED, {0: {"tokens": [11, 1], "starts": [1]}, 3: {"tokens": [1], "starts": []}}
                 ),
             ],
         ),
-        case(
+        _case(
             "packed_larger_progress_wins",
             "per split, the larger (emitted, consumed) wins",
             [
-                packed,
+                _PACKED,
                 changed(
-                    packed,
+                    _PACKED,
                     samples_consumed_per_split=[3, 3, 2, 4],
                     pack_buffers={
                         "1": {"tokens": [1, 12], "starts": [1]},
@@ -204,84 +235,106 @@ def cases() -> list[CaseDef]:
                 ),
             ],
         ),
-        case(
+        _case(
             "packed_string_keys",
             "string buffer keys are read as split ids; the merge writes int keys",
-            [with_buffers(packed, {"0": {"tokens": [10, 1], "starts": [1]}})],
+            [with_buffers(_PACKED, {"0": {"tokens": [10, 1], "starts": [1]}})],
         ),
-        case("error_empty", "at least one state", []),
-        case("error_not_a_dict", "every state is a dict", [row, [1, 2]]),
-        case("error_first_not_a_dict", "every state is a dict", ["row", row]),
-        case("error_mixed_modes", "packed and row states do not merge", [packed, row]),
-        case("error_mixed_modes_row_first", "packed and row states do not merge", [row, packed]),
-        case("error_missing_epoch", "every config key in every state", [row, without(row, "epoch")]),
-        case(
+    ]
+
+
+def _shape_cases() -> list[CaseDef]:
+    """No state, a state that is not a dict, mixed modes, a missing key."""
+    return [
+        _case("error_empty", "at least one state", []),
+        _case("error_not_a_dict", "every state is a dict", [_ROW, [1, 2]]),
+        _case("error_first_not_a_dict", "every state is a dict", ["row", _ROW]),
+        _case("error_mixed_modes", "packed and row states do not merge", [_PACKED, _ROW]),
+        _case("error_mixed_modes_row_first", "packed and row states do not merge", [_ROW, _PACKED]),
+        _case("error_missing_epoch", "every config key in every state", [_ROW, without(_ROW, "epoch")]),
+        _case(
             "error_first_missing_shuffle_seed",
             "every config key in every state",
-            [without(row, "shuffle_seed"), row],
+            [without(_ROW, "shuffle_seed"), _ROW],
         ),
-        case(
-            "error_missing_eos_id", "packing keys in every packed state", [packed, without(packed, "eos_id")]
+        _case(
+            "error_missing_eos_id",
+            "packing keys in every packed state",
+            [_PACKED, without(_PACKED, "eos_id")],
         ),
-        case("error_shuffle_seed_differs", "config keys must agree", [row, changed(row, shuffle_seed=1)]),
-        case("error_num_splits_differs", "config keys must agree", [row, changed(row, num_splits=8)]),
-        case("error_epoch_differs", "config keys must agree", [row, changed(row, epoch=0)]),
-        case(
+    ]
+
+
+def _disagreement_cases() -> list[CaseDef]:
+    """States whose config, packing parameters or fingerprints disagree."""
+    return [
+        _case("error_shuffle_seed_differs", "config keys must agree", [_ROW, changed(_ROW, shuffle_seed=1)]),
+        _case("error_num_splits_differs", "config keys must agree", [_ROW, changed(_ROW, num_splits=8)]),
+        _case("error_epoch_differs", "config keys must agree", [_ROW, changed(_ROW, epoch=0)]),
+        _case(
             "error_pack_sequences_differs",
             "packing keys must agree",
-            [packed, changed(packed, pack_sequences=2)],
+            [_PACKED, changed(_PACKED, pack_sequences=2)],
         ),
-        case("error_eos_id_differs", "packing keys must agree", [packed, changed(packed, eos_id=3)]),
-        case("error_pad_id_differs", "packing keys must agree", [packed, changed(packed, pad_id=3)]),
-        case(
+        _case("error_eos_id_differs", "packing keys must agree", [_PACKED, changed(_PACKED, eos_id=3)]),
+        _case("error_pad_id_differs", "packing keys must agree", [_PACKED, changed(_PACKED, pad_id=3)]),
+        _case(
             "error_blocks_per_epoch_differs",
             "packing keys must agree",
-            [packed, changed(packed, blocks_per_epoch=4)],
+            [_PACKED, changed(_PACKED, blocks_per_epoch=4)],
         ),
-        case(
+        _case(
             "error_fingerprint_only_in_second",
             "the fingerprint is compared across all states",
-            [row, snapshot_row(STRATEGY_CONFIG, ROW_STATE)],
+            [_ROW, snapshot_row(STRATEGY_CONFIG, ROW_STATE)],
         ),
-        case(
+        _case(
             "error_fingerprint_only_in_first",
             "the fingerprint is compared across all states",
-            [snapshot_row(STRATEGY_CONFIG, ROW_STATE), row],
+            [snapshot_row(STRATEGY_CONFIG, ROW_STATE), _ROW],
         ),
-        case(
+        _case(
             "error_fingerprints_differ",
             "the fingerprint is compared across all states",
-            [snapshot_row(STRATEGY_CONFIG, ROW_STATE), changed(row, perm_fingerprint="f" * 64)],
+            [snapshot_row(STRATEGY_CONFIG, ROW_STATE), changed(_ROW, perm_fingerprint="f" * 64)],
         ),
-        case("error_num_splits_not_int", "config values are ints", [changed(row, num_splits="4")] * 2),
-        case("error_epoch_is_bool", "config values are ints", [changed(row, epoch=True)]),
-        case(
+    ]
+
+
+def _invalid_config_cases() -> list[CaseDef]:
+    """A config no dataset can have, and packed states not taken at one global step."""
+    return [
+        _case("error_num_splits_not_int", "config values are ints", [changed(_ROW, num_splits="4")] * 2),
+        _case("error_epoch_is_bool", "config values are ints", [changed(_ROW, epoch=True)]),
+        _case(
             "error_fingerprint_not_a_string",
             "perm_fingerprint is a string",
-            [changed(row, perm_fingerprint=7)],
+            [changed(_ROW, perm_fingerprint=7)],
         ),
-        case(
+        _case(
             "error_num_splits_zero",
             "num_splits is positive",
-            [changed(row, num_splits=0, samples_consumed_per_split=[], positions_consumed_per_split=[])],
+            [changed(_ROW, num_splits=0, samples_consumed_per_split=[], positions_consumed_per_split=[])],
         ),
-        case("error_pack_sequences_zero", "pack_sequences is positive", [changed(packed, pack_sequences=0)]),
-        case(
+        _case(
+            "error_pack_sequences_zero", "pack_sequences is positive", [changed(_PACKED, pack_sequences=0)]
+        ),
+        _case(
             "error_blocks_per_epoch_zero",
             "blocks_per_epoch is positive",
-            [changed(packed, blocks_per_epoch=0)],
+            [changed(_PACKED, blocks_per_epoch=0)],
         ),
-        case(
+        _case(
             "error_blocks_per_epoch_not_divisible",
             "blocks_per_epoch is a multiple of num_splits",
-            [changed(packed, blocks_per_epoch=6)],
+            [changed(_PACKED, blocks_per_epoch=6)],
         ),
-        case(
+        _case(
             "error_packed_not_every_rank",
             "packed states must cover every rank at one step",
             [snapshot_packed(PACKED_CONFIG, replace(PACKED_STATE, emitted=(1, 1, 0, 0), buffers={}))],
         ),
-        case(
+        _case(
             "error_packed_ranks_at_different_steps",
             "packed states must be taken at the same global step",
             [
@@ -289,9 +342,7 @@ def cases() -> list[CaseDef]:
                 snapshot_packed(PACKED_CONFIG, replace(PACKED_STATE, emitted=(0, 0, 1, 1), buffers={})),
             ],
         ),
-        *checkpoint_fault_cases(with_other, row, packed),
     ]
-    return cases
 
 
 FAMILY = family("merge", cases, CODEC)

@@ -58,6 +58,8 @@ from ..plumbing import (
 
 @dataclass(frozen=True)
 class PackingInput:
+    """One packed iterator: permutation, corpus, faults, owned splits, configuration and start."""
+
     permutation: Permutation
     corpus: Corpus
     faults: Faults
@@ -124,234 +126,272 @@ def _run(x: PackingInput) -> JsonObject:
 CODEC = Codec(_encode, _decode, _run)
 
 
+_EOS, _PAD = 1, 0
+_ONE = seq_perm(1, 4)
+_FIT = ((10, 11, 12), (20, 21, 22), (30, 31, 32), (40, 41, 42))
+_LONG_DOC = ((10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20), (30,), (40, 41), (50,))
+_P3 = random_perm(random.Random(31), 3, 4)
+_C3 = random_corpus(random.Random(32), 12, 5)
+_ALL3 = (0, 1, 2)
+_CFG3 = PackingConfig(5, _EOS, _PAD, 9)
+_P4 = random_perm(random.Random(41), 4, 3)
+_C4 = random_corpus(random.Random(42), 12, 4)
+_ALL4 = (0, 1, 2, 3)
+_CFG4 = PackingConfig(4, _EOS, _PAD, 12)
+
+
+def _case(
+    name: str,
+    description: str,
+    perm: Permutation,
+    corpus: Corpus,
+    faults: Faults,
+    owned: Sequence[int],
+    config: PackingConfig,
+    start: PackedState | None = None,
+) -> CaseDef:
+    """A case of this family; ``start`` defaults to the initial state."""
+    state = initial_packed_state(len(perm)) if start is None else start
+    value = PackingInput(perm, corpus, faults, tuple(owned), config, state)
+    return make_case("packing", CODEC, name, description, value)
+
+
+def _after(
+    perm: Permutation, corpus: Corpus, faults: Faults, owned: Sequence[int], config: PackingConfig, n: int
+) -> PackedState:
+    """The state after ``n`` blocks of a fresh iterator over ``owned``."""
+    run = iterate_packed(perm, corpus_map(corpus), faults, owned, config, initial_packed_state(len(perm)))
+    return run.state_after(n)
+
+
 def cases() -> list[CaseDef]:
     """Blocks, ``doc_ids`` and packed progress of one iterator, including padding and resumes."""
+    return [
+        *_one_split_cases(),
+        *_split_cases(),
+        *_fault_cases(),
+        *_edge_cases(),
+        *_error_cases(),
+        *_random_cases(),
+    ]
 
-    def case(
-        name: str,
-        description: str,
-        perm: Permutation,
-        corpus: Corpus,
-        faults: Faults,
-        owned: Sequence[int],
-        config: PackingConfig,
-        start: PackedState | None = None,
-    ) -> CaseDef:
-        state = initial_packed_state(len(perm)) if start is None else start
-        value = PackingInput(perm, corpus, faults, tuple(owned), config, state)
-        return make_case("packing", CODEC, name, description, value)
 
-    def after(
-        perm: Permutation, corpus: Corpus, faults: Faults, owned: Sequence[int], config: PackingConfig, n: int
-    ) -> PackedState:
-        run = iterate_packed(perm, corpus_map(corpus), faults, owned, config, initial_packed_state(len(perm)))
-        return run.state_after(n)
-
-    eos, pad = 1, 0
-    one = seq_perm(1, 4)
-    fit = ((10, 11, 12), (20, 21, 22), (30, 31, 32), (40, 41, 42))
-    long_doc = ((10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20), (30,), (40, 41), (50,))
-    p3 = random_perm(random.Random(31), 3, 4)
-    c3 = random_corpus(random.Random(32), 12, 5)
-    all3 = (0, 1, 2)
-    cfg3 = PackingConfig(5, eos, pad, 9)
-    p4 = random_perm(random.Random(41), 4, 3)
-    c4 = random_corpus(random.Random(42), 12, 4)
-    all4 = (0, 1, 2, 3)
-    cfg4 = PackingConfig(4, eos, pad, 12)
-    cases = [
-        case(
+def _one_split_cases() -> list[CaseDef]:
+    """One split: blocks filled exactly, documents spanning blocks, padding, the budget."""
+    return [
+        _case(
             "documents_fill_blocks_exactly",
             "each document plus EOS is exactly one block",
-            one,
-            fit,
+            _ONE,
+            _FIT,
             NO_FAULTS,
             (0,),
-            PackingConfig(4, eos, pad, 4),
+            PackingConfig(4, _EOS, _PAD, 4),
         ),
-        case(
+        _case(
             "document_spans_blocks",
             "a document longer than L continues in the next blocks",
-            one,
-            long_doc,
+            _ONE,
+            _LONG_DOC,
             NO_FAULTS,
             (0,),
-            PackingConfig(4, eos, pad, 4),
+            PackingConfig(4, _EOS, _PAD, 4),
         ),
-        case(
+        _case(
             "empty_documents_are_just_eos",
             "an empty document contributes only its EOS",
-            one,
+            _ONE,
             ((), (10,), (), ()),
             NO_FAULTS,
             (0,),
-            PackingConfig(3, eos, pad, 2),
+            PackingConfig(3, _EOS, _PAD, 2),
         ),
-        case(
+        _case(
             "exhaustion_pads_then_all_padding_blocks",
             "a split that runs out pads one partial block, then emits all-padding blocks",
-            one,
-            fit,
+            _ONE,
+            _FIT,
             NO_FAULTS,
             (0,),
-            PackingConfig(5, eos, pad, 6),
+            PackingConfig(5, _EOS, _PAD, 6),
         ),
-        case(
+        _case(
             "budget_leaves_tokens_undelivered",
             "tokens left when the budget is met stay in the buffer",
-            one,
-            long_doc,
+            _ONE,
+            _LONG_DOC,
             NO_FAULTS,
             (0,),
-            PackingConfig(3, eos, pad, 2),
+            PackingConfig(3, _EOS, _PAD, 2),
         ),
-        case(
+    ]
+
+
+def _split_cases() -> list[CaseDef]:
+    """Several splits: fill before emit, resumes from buffers, a worker's share."""
+    return [
+        _case(
             "three_splits_fill_then_emit",
             "a cycle fills every owned split before emitting: states show later splits' buffers",
-            p3,
-            c3,
+            _P3,
+            _C3,
             NO_FAULTS,
-            all3,
-            cfg3,
+            _ALL3,
+            _CFG3,
         ),
-        case(
+        _case(
             "resume_from_buffers_at_step_boundary",
             "resume all splits from a state with buffers",
-            p3,
-            c3,
+            _P3,
+            _C3,
             NO_FAULTS,
-            all3,
-            cfg3,
-            after(p3, c3, NO_FAULTS, all3, cfg3, 3),
+            _ALL3,
+            _CFG3,
+            _after(_P3, _C3, NO_FAULTS, _ALL3, _CFG3, 3),
         ),
-        case(
+        _case(
             "resume_two_steps_in",
             "resume all splits after two cycles",
-            p3,
-            c3,
+            _P3,
+            _C3,
             NO_FAULTS,
-            all3,
-            cfg3,
-            after(p3, c3, NO_FAULTS, all3, cfg3, 6),
+            _ALL3,
+            _CFG3,
+            _after(_P3, _C3, NO_FAULTS, _ALL3, _CFG3, 6),
         ),
-        case(
+        _case(
             "worker_resumes_its_splits_from_buffers",
             "a worker over splits 2 and 3 resumes from a one-rank checkpoint; other buffers are kept",
-            p4,
-            c4,
+            _P4,
+            _C4,
             NO_FAULTS,
             (2, 3),
-            cfg4,
-            after(p4, c4, NO_FAULTS, all4, cfg4, 4),
+            _CFG4,
+            _after(_P4, _C4, NO_FAULTS, _ALL4, _CFG4, 4),
         ),
-        case("worker_owns_one_split", "an iterator over split 1 of 4", p4, c4, NO_FAULTS, (1,), cfg4),
-        case(
+        _case("worker_owns_one_split", "an iterator over split 1 of 4", _P4, _C4, NO_FAULTS, (1,), _CFG4),
+    ]
+
+
+def _fault_cases() -> list[CaseDef]:
+    """Skipped and raising documents."""
+    return [
+        _case(
             "skipped_documents_are_dropped",
             "skipped documents contribute no tokens but advance consumed",
-            p3,
-            c3,
-            faults_of(skipped=[p3[0][0], p3[1][2], p3[2][1]]),
-            all3,
-            cfg3,
+            _P3,
+            _C3,
+            faults_of(skipped=[_P3[0][0], _P3[1][2], _P3[2][1]]),
+            _ALL3,
+            _CFG3,
         ),
-        case(
+        _case(
             "raising_document_ends_run",
             "the fill phase reaches a raising document",
-            p3,
-            c3,
-            faults_of(raising=[p3[1][2]]),
-            all3,
-            cfg3,
+            _P3,
+            _C3,
+            faults_of(raising=[_P3[1][2]]),
+            _ALL3,
+            _CFG3,
         ),
-        case(
+        _case(
             "raising_document_in_first_fill",
             "the very first document raises: nothing is emitted",
-            p3,
-            c3,
-            faults_of(raising=[p3[0][0]]),
-            all3,
-            cfg3,
+            _P3,
+            _C3,
+            faults_of(raising=[_P3[0][0]]),
+            _ALL3,
+            _CFG3,
         ),
-        case(
+    ]
+
+
+def _edge_cases() -> list[CaseDef]:
+    """Nothing left to emit, special token ids, L = 1, nothing owned."""
+    return [
+        _case(
             "already_at_budget",
             "every owned split emitted its budget: nothing is yielded",
-            p3,
-            c3,
+            _P3,
+            _C3,
             NO_FAULTS,
-            all3,
-            cfg3,
+            _ALL3,
+            _CFG3,
             PackedState((4, 4, 4), (3, 3, 3), {}),
         ),
-        case(
+        _case(
             "eos_equal_to_pad",
             "eos_id and pad_id may be equal",
-            one,
-            fit,
+            _ONE,
+            _FIT,
             NO_FAULTS,
             (0,),
             PackingConfig(5, 0, 0, 5),
         ),
-        case(
+        _case(
             "eos_and_pad_at_int64_limits",
             "token ids at the int64 limits survive exactly",
-            one,
-            fit,
+            _ONE,
+            _FIT,
             NO_FAULTS,
             (0,),
             PackingConfig(4, 2**63 - 1, -(2**63), 5),
         ),
-        case(
+        _case(
             "single_token_blocks",
             "L = 1: every token is its own block",
-            one,
+            _ONE,
             ((10,), (), (11, 12), ()),
             NO_FAULTS,
             (0,),
-            PackingConfig(1, eos, pad, 8),
+            PackingConfig(1, _EOS, _PAD, 8),
         ),
-        case("no_owned_splits", "an iterator that owns nothing yields nothing", p3, c3, NO_FAULTS, (), cfg3),
-        case(
-            "error_misaligned_emitted_counts",
-            "owned splits that emitted different block counts",
-            p3,
-            c3,
-            NO_FAULTS,
-            all3,
-            cfg3,
-            PackedState((2, 1, 1), (1, 0, 0), {}),
-        ),
-        case(
-            "error_budget_not_divisible",
-            "blocks_per_epoch must be divisible by the split count",
-            p3,
-            c3,
-            NO_FAULTS,
-            all3,
-            PackingConfig(5, eos, pad, 10),
+        _case(
+            "no_owned_splits", "an iterator that owns nothing yields nothing", _P3, _C3, NO_FAULTS, (), _CFG3
         ),
     ]
+
+
+def _error_cases() -> list[CaseDef]:
+    """Inputs the model rejects."""
+    return [
+        _case(
+            "error_misaligned_emitted_counts",
+            "owned splits that emitted different block counts",
+            _P3,
+            _C3,
+            NO_FAULTS,
+            _ALL3,
+            _CFG3,
+            PackedState((2, 1, 1), (1, 0, 0), {}),
+        ),
+        _case(
+            "error_budget_not_divisible",
+            "blocks_per_epoch must be divisible by the split count",
+            _P3,
+            _C3,
+            NO_FAULTS,
+            _ALL3,
+            PackingConfig(5, _EOS, _PAD, 10),
+        ),
+    ]
+
+
+def _random_cases() -> list[CaseDef]:
+    """Seeded random permutations, corpora, faults and configurations, resumed at a step boundary."""
+    cases: list[CaseDef] = []
     for seed in range(8):
         rng = random.Random(2000 + seed)
         s = rng.choice((1, 2, 4))
         perm = random_perm(rng, s, rng.randint(1, 5))
         corpus = random_corpus(rng, s * len(perm[0]), rng.randint(1, 9))
         faults = random_faults(rng, len(corpus), rng.choice((0.0, 0.2)), rng.choice((0.0, 0.04)))
-        config = PackingConfig(rng.randint(2, 7), eos, pad, s * rng.randint(1, 4))
+        config = PackingConfig(rng.randint(2, 7), _EOS, _PAD, s * rng.randint(1, 4))
         owned = tuple(range(s))
         prior = iterate_packed(perm, corpus_map(corpus), faults, owned, config, initial_packed_state(s))
         start = prior.state_after(s * rng.randint(0, max(0, len(prior.blocks) // s - 1)))
-        cases.append(
-            case(
-                f"random_{seed:02d}",
-                f"random(seed={2000 + seed}): {s} splits, L={config.pack_sequences}",
-                perm,
-                corpus,
-                faults,
-                owned,
-                config,
-                start,
-            )
-        )
+        description = f"random(seed={2000 + seed}): {s} splits, L={config.pack_sequences}"
+        cases.append(_case(f"random_{seed:02d}", description, perm, corpus, faults, owned, config, start))
     return cases
 
 

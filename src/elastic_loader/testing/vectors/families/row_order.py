@@ -51,6 +51,8 @@ from ..plumbing import (
 
 @dataclass(frozen=True)
 class RowOrderInput:
+    """One row iterator: permutation, faults, owned splits and start state."""
+
     permutation: Permutation
     faults: Faults
     owned: tuple[int, ...]
@@ -120,231 +122,277 @@ def _run(x: RowOrderInput) -> JsonObject:
 CODEC = Codec(_encode, _decode, _run)
 
 
+_P1 = seq_perm(1, 5)
+_P3 = random_perm(random.Random(3), 3, 4)
+_P4 = random_perm(random.Random(4), 4, 5)
+_ALL4 = (0, 1, 2, 3)
+
+
+def _case(
+    name: str,
+    description: str,
+    perm: Permutation,
+    faults: Faults,
+    owned: Sequence[int],
+    start: RowState | None = None,
+) -> CaseDef:
+    """A case of this family; ``start`` defaults to the initial state."""
+    state = initial_row_state(len(perm)) if start is None else start
+    return make_case("row_order", CODEC, name, description, RowOrderInput(perm, faults, tuple(owned), state))
+
+
 def cases() -> list[CaseDef]:
     """Which rows one iterator yields, in which order, with which progress, and how it ends."""
+    return [
+        *_basic_cases(),
+        *_catch_up_cases(),
+        *_skip_cases(),
+        *_raise_cases(),
+        *_edge_cases(),
+        *_error_cases(),
+        *_random_cases(),
+    ]
 
-    def case(
-        name: str,
-        description: str,
-        perm: Permutation,
-        faults: Faults,
-        owned: Sequence[int],
-        start: RowState | None = None,
-    ) -> CaseDef:
-        state = initial_row_state(len(perm)) if start is None else start
-        return make_case(
-            "row_order", CODEC, name, description, RowOrderInput(perm, faults, tuple(owned), state)
-        )
 
-    p1 = seq_perm(1, 5)
-    p3 = random_perm(random.Random(3), 3, 4)
-    p4 = random_perm(random.Random(4), 4, 5)
-    all4 = (0, 1, 2, 3)
-    cases = [
-        case("single_split_fresh", "one split read from the start to its end", p1, NO_FAULTS, (0,)),
-        case(
+def _basic_cases() -> list[CaseDef]:
+    """Round robin over the owned splits, unowned splits untouched, a resume at a step boundary."""
+    return [
+        _case("single_split_fresh", "one split read from the start to its end", _P1, NO_FAULTS, (0,)),
+        _case(
             "three_splits_round_robin",
             "one row of every owned split per cycle, in split order",
-            p3,
+            _P3,
             NO_FAULTS,
             (0, 1, 2),
         ),
-        case(
+        _case(
             "worker_owns_one_split_of_four",
             "unowned splits keep the values they were loaded with",
-            p4,
+            _P4,
             NO_FAULTS,
             (2,),
             RowState((3, 1, 0, 2), (3, 2, 0, 2)),
         ),
-        case("worker_owns_two_middle_splits", "an iterator over splits 1 and 2 of 4", p4, NO_FAULTS, (1, 2)),
-        case(
+        _case(
+            "worker_owns_two_middle_splits", "an iterator over splits 1 and 2 of 4", _P4, NO_FAULTS, (1, 2)
+        ),
+        _case(
             "resume_at_step_boundary",
             "every owned split has the same count: no catch-up",
-            p4,
+            _P4,
             NO_FAULTS,
-            all4,
-            rows_after(p4, NO_FAULTS, all4, 8),
+            _ALL4,
+            rows_after(_P4, NO_FAULTS, _ALL4, 8),
         ),
-        case(
+    ]
+
+
+def _catch_up_cases() -> list[CaseDef]:
+    """Resumes from uneven counts: lagging splits catch up first, in (count, split) order."""
+    return [
+        _case(
             "catch_up_from_uneven_counts",
             "counts [2,0,1,2]: split 1, split 1, split 2, then cycles",
-            p4,
+            _P4,
             NO_FAULTS,
-            all4,
+            _ALL4,
             RowState((2, 0, 1, 2), (2, 0, 1, 2)),
         ),
-        case(
+        _case(
             "catch_up_ties_go_to_lower_split_id",
             "counts [1,0,0,1]: split 1 before split 2",
-            p4,
+            _P4,
             NO_FAULTS,
-            all4,
+            _ALL4,
             RowState((1, 0, 0, 1), (1, 0, 0, 1)),
         ),
-        case(
+        _case(
             "catch_up_lagging_by_several_rows",
             "one split lags three rows behind the others",
-            p4,
+            _P4,
             NO_FAULTS,
-            all4,
+            _ALL4,
             RowState((3, 3, 0, 3), (3, 3, 0, 3)),
         ),
-        case(
+        _case(
             "catch_up_mid_cycle_checkpoint",
             "resume after 10 rows of a one-rank run (mid-cycle)",
-            p4,
+            _P4,
             NO_FAULTS,
-            all4,
-            rows_after(p4, NO_FAULTS, all4, 10),
+            _ALL4,
+            rows_after(_P4, NO_FAULTS, _ALL4, 10),
         ),
-        case(
+        _case(
             "catch_up_skips_rows",
             "the lagging split skips rows while catching up",
-            p4,
-            faults_of(skipped=[p4[1][0], p4[1][2]]),
-            all4,
+            _P4,
+            faults_of(skipped=[_P4[1][0], _P4[1][2]]),
+            _ALL4,
             RowState((2, 0, 2, 2), (2, 0, 2, 2)),
         ),
-        case(
+        _case(
             "catch_up_hits_raising_row",
             "a lagging split's next row raises: the run ends during catch-up",
-            p4,
-            faults_of(raising=[p4[2][1]]),
-            all4,
+            _P4,
+            faults_of(raising=[_P4[2][1]]),
+            _ALL4,
             RowState((2, 0, 0, 2), (2, 0, 0, 2)),
         ),
-        case(
+        _case(
             "catch_up_exhausts_lagging_split",
             "a lagging split has only skipped rows left",
-            p4,
-            faults_of(skipped=[p4[1][3], p4[1][4]]),
-            all4,
+            _P4,
+            faults_of(skipped=[_P4[1][3], _P4[1][4]]),
+            _ALL4,
             RowState((4, 3, 4, 4), (4, 3, 4, 4)),
         ),
-        case(
+    ]
+
+
+def _skip_cases() -> list[CaseDef]:
+    """Skipped rows: counted in positions when a yielded row follows, and ending splits early."""
+    return [
+        _case(
             "skip_first_row_counts_position",
             "a skipped row before a yielded row is counted in positions",
-            p3,
-            faults_of(skipped=[p3[0][0]]),
+            _P3,
+            faults_of(skipped=[_P3[0][0]]),
             (0, 1, 2),
         ),
-        case(
+        _case(
             "skip_trailing_rows_not_counted",
             "skipped rows after the last yielded row are not counted",
-            p3,
-            faults_of(skipped=[p3[0][3]]),
+            _P3,
+            faults_of(skipped=[_P3[0][3]]),
             (0, 1, 2),
         ),
-        case(
+        _case(
             "skips_end_epoch_early_for_other_splits",
             "a split with fewer usable rows ends the run; the others' last rows are never yielded",
-            p4,
-            faults_of(skipped=[p4[3][0], p4[3][1]]),
-            all4,
+            _P4,
+            faults_of(skipped=[_P4[3][0], _P4[3][1]]),
+            _ALL4,
         ),
-        case(
+        _case(
             "resume_with_skips_behind",
             "resume from positions that include skipped rows",
-            p4,
-            faults_of(skipped=[p4[0][1], p4[2][0]]),
-            all4,
-            rows_after(p4, faults_of(skipped=[p4[0][1], p4[2][0]]), all4, 6),
+            _P4,
+            faults_of(skipped=[_P4[0][1], _P4[2][0]]),
+            _ALL4,
+            rows_after(_P4, faults_of(skipped=[_P4[0][1], _P4[2][0]]), _ALL4, 6),
         ),
-        case(
+    ]
+
+
+def _raise_cases() -> list[CaseDef]:
+    """Raising rows: where the run ends, and which of several ends decides."""
+    return [
+        _case(
             "raise_on_very_first_row",
             "the first row of the first split raises: nothing is yielded",
-            p3,
-            faults_of(raising=[p3[0][0]]),
+            _P3,
+            faults_of(raising=[_P3[0][0]]),
             (0, 1, 2),
         ),
-        case(
+        _case(
             "raise_discards_the_whole_cycle",
             "a raising row in the last split stops the cycle before any of its rows",
-            p3,
-            faults_of(raising=[p3[2][1]]),
+            _P3,
+            faults_of(raising=[_P3[2][1]]),
             (0, 1, 2),
         ),
-        case(
+        _case(
             "raise_after_skips",
             "skipped rows before a raising row are passed over",
-            p3,
-            faults_of(skipped=[p3[1][1], p3[1][2]], raising=[p3[1][3]]),
+            _P3,
+            faults_of(skipped=[_P3[1][1], _P3[1][2]], raising=[_P3[1][3]]),
             (0, 1, 2),
         ),
-        case(
+        _case(
             "exhausted_split_before_raising_split",
             "the first owned split that cannot continue decides",
-            p3,
-            faults_of(skipped=[p3[0][2], p3[0][3]], raising=[p3[1][2]]),
+            _P3,
+            faults_of(skipped=[_P3[0][2], _P3[0][3]], raising=[_P3[1][2]]),
             (0, 1, 2),
         ),
-        case(
+        _case(
             "raising_split_before_exhausted_split",
             "the first owned split that cannot continue decides",
-            p3,
-            faults_of(skipped=[p3[1][2], p3[1][3]], raising=[p3[0][2]]),
+            _P3,
+            faults_of(skipped=[_P3[1][2], _P3[1][3]], raising=[_P3[0][2]]),
             (0, 1, 2),
         ),
-        case(
+        _case(
             "raising_row_on_unowned_split_is_never_read",
             "faults of other workers' splits do not matter",
-            p4,
-            faults_of(raising=[p4[0][0], p4[3][0]]),
+            _P4,
+            faults_of(raising=[_P4[0][0], _P4[3][0]]),
             (1, 2),
         ),
-        case(
+    ]
+
+
+def _edge_cases() -> list[CaseDef]:
+    """Nothing left to read, nothing owned, a legacy uniform count."""
+    return [
+        _case(
             "resume_at_epoch_end",
             "every owned split is at its end: nothing is yielded",
-            p3,
+            _P3,
             NO_FAULTS,
             (0, 1, 2),
             RowState((4, 4, 4), (4, 4, 4)),
         ),
-        case(
+        _case(
             "all_rows_skipped",
             "every row is dropped: nothing is yielded",
-            p1,
-            faults_of(skipped=list(p1[0])),
+            _P1,
+            faults_of(skipped=list(_P1[0])),
             (0,),
         ),
-        case(
+        _case(
             "no_owned_splits",
             "an iterator that owns nothing ends at once and changes nothing",
-            p3,
+            _P3,
             NO_FAULTS,
             (),
             RowState((1, 0, 2), (1, 0, 3)),
         ),
-        case(
+        _case(
             "uniform_legacy_resume",
             "a legacy uniform count resumes every split at the same row",
-            p4,
+            _P4,
             NO_FAULTS,
-            all4,
+            _ALL4,
             RowState((3, 3, 3, 3), (3, 3, 3, 3)),
         ),
-        case(
+    ]
+
+
+def _error_cases() -> list[CaseDef]:
+    """Inputs the model rejects."""
+    return [
+        _case(
             "error_position_beyond_split_end",
             "a position past the split end is rejected",
-            p3,
+            _P3,
             NO_FAULTS,
             (0, 1, 2),
             RowState((0, 0, 0), (0, 5, 0)),
         ),
-        case(
-            "error_owned_not_ascending", "owned splits must be ascending and distinct", p3, NO_FAULTS, (2, 1)
+        _case(
+            "error_owned_not_ascending", "owned splits must be ascending and distinct", _P3, NO_FAULTS, (2, 1)
         ),
-        case("error_owned_repeated", "owned splits must be ascending and distinct", p3, NO_FAULTS, (1, 1)),
-        case(
+        _case("error_owned_repeated", "owned splits must be ascending and distinct", _P3, NO_FAULTS, (1, 1)),
+        _case(
             "error_state_length",
             "the state has one entry per split",
-            p3,
+            _P3,
             NO_FAULTS,
             (0, 1),
             RowState((0, 0), (0, 0)),
         ),
-        case(
+        _case(
             "error_unequal_split_lengths",
             "every split of a permutation has the same length",
             ((0, 1, 2), (3, 4)),
@@ -352,6 +400,11 @@ def cases() -> list[CaseDef]:
             (0, 1),
         ),
     ]
+
+
+def _random_cases() -> list[CaseDef]:
+    """Seeded random permutations, faults, owned blocks and reachable resume points."""
+    cases: list[CaseDef] = []
     for seed in range(16):
         rng = random.Random(1000 + seed)
         s = rng.choice((1, 2, 3, 4, 6))
@@ -365,16 +418,8 @@ def cases() -> list[CaseDef]:
         prior = iterate_rows(perm, faults, origin, initial_row_state(s))
         # Resume somewhere before the prior run's end, so the case usually yields rows.
         start = prior.state_after(rng.randint(0, max(0, len(prior.rows) - 1)))
-        cases.append(
-            case(
-                f"random_{seed:02d}",
-                f"random(seed={1000 + seed}): {s} splits, owned {list(owned)}",
-                perm,
-                faults,
-                owned,
-                start,
-            )
-        )
+        description = f"random(seed={1000 + seed}): {s} splits, owned {list(owned)}"
+        cases.append(_case(f"random_{seed:02d}", description, perm, faults, owned, start))
     return cases
 
 

@@ -24,6 +24,8 @@ from ..plumbing import CaseDef, Codec, attempt, family, make_case
 
 @dataclass(frozen=True)
 class TopologyInput:
+    """A job shape."""
+
     num_splits: int
     world_size: int
     num_workers: int

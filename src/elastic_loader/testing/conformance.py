@@ -71,7 +71,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Literal, cast
 
-import hypothesis.core
 import lancedb
 import pyarrow as pa
 from hypothesis import HealthCheck
@@ -92,17 +91,8 @@ from ..spec.invariants import INVARIANT_NAMES
 from ..spec.params import CALLABLE, Params
 from . import defaults
 from .adapters import DatasetLike, Implementation, implementation_from_module
-from .machines import (
-    CHECKED,
-    DifferentialMachine,
-    PackedMachine,
-    ProcessMachine,
-    RowMachine,
-    _search_enforcing,
-    _shrunk_counterexample,
-    _violation,
-    check_invariants,
-)
+from .machines import CHECKED, NOT_CHECKED, DifferentialMachine, PackedMachine, ProcessMachine, RowMachine
+from .machines.runner import check_invariants, forced_seed, search_enforcing, shrunk_counterexample, violation
 from .tables import TOKEN_COLUMN, TableCache, TableKey
 from .vectors import FAMILIES, VectorCase, default_directory, load_vectors
 from .vectors.codec import (
@@ -191,9 +181,7 @@ mode. An invariant none of the selected machines exercises is reported
 a class attribute ``exercises``, which then takes precedence.
 """
 
-_NOT_CHECKED_BY_DESIGN: Mapping[str, str] = {
-    "SplitSizeInv": "a property of the storage backend's permutation, which implementation and spec share",
-}
+_NOT_CHECKED_BY_DESIGN: Mapping[str, str] = NOT_CHECKED
 
 
 @dataclass(frozen=True)
@@ -800,20 +788,6 @@ def resolve_implementation(target: ImplementationLike) -> Implementation:
 
 
 @contextlib.contextmanager
-def _seeded(seed: int | None) -> Iterator[None]:
-    """Force Hypothesis's seed (what ``pytest --hypothesis-seed`` does) for the runs inside."""
-    if seed is None:
-        yield
-        return
-    saved = hypothesis.core.global_force_seed
-    hypothesis.core.global_force_seed = seed  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        hypothesis.core.global_force_seed = saved
-
-
-@contextlib.contextmanager
 def _quiet() -> Iterator[None]:
     """Silence warnings and log records below ERROR (restored afterwards)."""
     previous = logging.root.manager.disable
@@ -912,7 +886,7 @@ def run_conformance(
         directory = Path(tables_dir)
         tables = TableCache(directory)
         stack.enter_context(_quiet())
-        stack.enter_context(_seeded(seed))
+        stack.enter_context(forced_seed(seed))
         shown: dict[str, str] = {}
         """Invariant -> the machine whose counterexample is shown (the first that shrank it, else the first
         that found it): a violation another machine could not shrink is shrunk again by the next."""
@@ -987,9 +961,9 @@ def _shrink_one(
     """
     reported: list[object] = []
     try:
-        _search_enforcing(machine, implementation, tables, name, base, seconds, reported)
+        search_enforcing(machine, implementation, tables, name, base, seconds, reported)
     except Exception as error:
-        found = _violation(error)
+        found = violation(error)
         if found is None:
             raise
         if isinstance(error, FlakyStrategyDefinition):
@@ -998,7 +972,7 @@ def _shrink_one(
                 "replayed, so Hypothesis could not replay it; timing-dependent behaviour)",
                 False,
             )
-        return _shrunk_counterexample(found, error, reported), True
+        return shrunk_counterexample(found, error, reported), True
     return f"{explored}\n(not reproduced when searching again; not shrunk)", False
 
 

@@ -16,7 +16,10 @@ invents a progress state that no sequence of iterations, checkpoints and merges
 could produce.
 
 This module imports Hypothesis but not pytest, so an outside implementation
-can reuse it from any test runner.
+can reuse it from any test runner. It is longer than 600 lines on purpose: it
+is one flat catalogue whose names outside test suites import, and which
+``spec/DEFINITIONS.md`` links to by file; splitting it would put those names
+behind re-exports.
 """
 
 from __future__ import annotations

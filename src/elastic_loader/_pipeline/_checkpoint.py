@@ -1,11 +1,13 @@
-# Checkpoint dicts: writing, validating, merging and committing them.
-#
-# Rules: the keys and their order are lancedb.streaming's, so checkpoints are
-# interchangeable. Every reader of a checkpoint (load, merge, commit) goes
-# through ``parse`` and rejects the same malformed inputs with ValueError
-# (TypeError when the checkpoint is not a dict). Row progress merges by
-# element-wise maximum; packed progress per split by the larger
-# (blocks emitted, position consumed), ties to the earlier state.
+"""Checkpoint dicts: writing, validating, merging and committing them.
+
+Rules: the keys and their order are lancedb.streaming's, so checkpoints are
+interchangeable. Every reader of a checkpoint (load, merge, commit) goes
+through ``parse`` and rejects the same malformed inputs with ValueError
+(TypeError when the checkpoint is not a dict). Row progress merges by
+element-wise maximum; packed progress per split by the larger
+(blocks emitted, position consumed), ties to the earlier state.
+"""
+
 from __future__ import annotations
 
 import itertools

@@ -1,24 +1,26 @@
-# The read pipeline shared by row mode and packing.
-#
-# Rules:
-# * Work is cut into *units*: one storage read of the next positions of several
-#   owned splits (split-major inside the unit), then the mode's transform stage
-#   on that read. Per-row Python work is avoided; bookkeeping is per unit.
-# * Units are consumed strictly in submission order, and every split's
-#   positions are requested in increasing order, so each split's stream stays
-#   in permutation order whatever the thread timing.
-# * Backpressure: at most ``io_queue_depth`` units are in flight (requested and
-#   not yet handed to the consumer), and a split is only requested while its
-#   buffered rows (ready + in flight) are below its target. Memory is bounded
-#   by about ``(io_queue_depth + 2)`` units.
-# * A pipeline may read a unit's rows in row-id order (``sorted_reads``): a
-#   LanceDB take of sorted ids has no rows to put back in order, so it is faster. The
-#   unit's ``where`` then maps each of its positions to its row of the batch,
-#   and the consumer gathers in unit order (packing does, while it inserts EOS).
-# * The consumer thread plans and submits units ("pumps"); pool threads only
-#   read (stage 1) and transform (stage 2). A unit's slices are transformed in
-#   parallel and joined in order. A timing hook (tests only) can delay each
-#   stage, to shake thread interleavings.
+"""The read pipeline shared by row mode and packing.
+
+Rules:
+* Work is cut into *units*: one storage read of the next positions of several
+  owned splits (split-major inside the unit), then the mode's transform stage
+  on that read. Per-row Python work is avoided; bookkeeping is per unit.
+* Units are consumed strictly in submission order, and every split's
+  positions are requested in increasing order, so each split's stream stays
+  in permutation order whatever the thread timing.
+* Backpressure: at most ``io_queue_depth`` units are in flight (requested and
+  not yet handed to the consumer), and a split is only requested while its
+  buffered rows (ready + in flight) are below its target. Memory is bounded
+  by about ``(io_queue_depth + 2)`` units.
+* A pipeline may read a unit's rows in row-id order (``sorted_reads``): a
+  LanceDB take of sorted ids has no rows to put back in order, so it is faster. The
+  unit's ``where`` then maps each of its positions to its row of the batch,
+  and the consumer gathers in unit order (packing does, while it inserts EOS).
+* The consumer thread plans and submits units ("pumps"); pool threads only
+  read (stage 1) and transform (stage 2). A unit's slices are transformed in
+  parallel and joined in order. A timing hook (tests only) can delay each
+  stage, to shake thread interleavings.
+"""
+
 from __future__ import annotations
 
 import threading

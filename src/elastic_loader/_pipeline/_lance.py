@@ -1,11 +1,13 @@
-# The one module that talks to LanceDB.
-#
-# Rules: everything LanceDB-specific lives here: building the permutation with
-# LanceDB's permutation builder (same seed rule as lancedb.streaming), reading
-# rows by row id in a given order, describing a table so a worker process can
-# reopen it, and schema lookups. Readers are pinned to the table version the
-# permutation was built from. No credentials leave the process unless the user
-# asks for it.
+"""The one module that talks to LanceDB.
+
+Rules: everything LanceDB-specific lives here: building the permutation with
+LanceDB's permutation builder (same seed rule as lancedb.streaming), reading
+rows by row id in a given order, describing a table so a worker process can
+reopen it, and schema lookups. Readers are pinned to the table version the
+permutation was built from. No credentials leave the process unless the user
+asks for it.
+"""
+
 from __future__ import annotations
 
 import hashlib

@@ -1,25 +1,27 @@
-# Sequence packing with NumPy: blocks are cut from per-split token streams.
-#
-# Rules:
-# * Each owned split has a *stream*: the tokens pulled into its buffer (from
-#   the checkpoint or earlier cycles), followed by documents fetched but not
-#   yet pulled, each document followed by EOS. ``pulled`` marks the end of the
-#   buffer inside the stream.
-# * Cycle r (0-based from now) first *fills*: pull whole documents until the
-#   buffer reaches (r + 1) * L tokens, or the split runs out. Then every split
-#   *emits* block r: stream[r*L:(r+1)*L], padded with pad_id if the split ran
-#   out. ``doc_ids[k]`` counts document starts at offsets 1..k of the block.
-# * Cycles are computed k at a time with vectorized search and reshape: k is
-#   how many cycles every owned split can complete with what is fetched.
-# * A document that must raise (null tokens in "raise" mode) stops its split:
-#   the error surfaces at the cycle whose fill needs that document.
-# * Progress is exact after every block; inside a chunk it is derived on
-#   demand from the chunk's arrays (fills of a cycle are visible as soon as
-#   its first block is handed out, as in the reference).
-# * Tokens are copied once on their way into a stream: when the stream is next
-#   read, appended documents are gathered from their read batch (in row-id
-#   order) in the split's order, each followed by EOS. Blocks are views of the
-#   stream.
+"""Sequence packing with NumPy: blocks are cut from per-split token streams.
+
+Rules:
+* Each owned split has a *stream*: the tokens pulled into its buffer (from
+  the checkpoint or earlier cycles), followed by documents fetched but not
+  yet pulled, each document followed by EOS. ``pulled`` marks the end of the
+  buffer inside the stream.
+* Cycle r (0-based from now) first *fills*: pull whole documents until the
+  buffer reaches (r + 1) * L tokens, or the split runs out. Then every split
+  *emits* block r: stream[r*L:(r+1)*L], padded with pad_id if the split ran
+  out. ``doc_ids[k]`` counts document starts at offsets 1..k of the block.
+* Cycles are computed k at a time with vectorized search and reshape: k is
+  how many cycles every owned split can complete with what is fetched.
+* A document that must raise (null tokens in "raise" mode) stops its split:
+  the error surfaces at the cycle whose fill needs that document.
+* Progress is exact after every block; inside a chunk it is derived on
+  demand from the chunk's arrays (fills of a cycle are visible as soon as
+  its first block is handed out, as in the reference).
+* Tokens are copied once on their way into a stream: when the stream is next
+  read, appended documents are gathered from their read batch (in row-id
+  order) in the split's order, each followed by EOS. Blocks are views of the
+  stream.
+"""
+
 from __future__ import annotations
 
 import logging

@@ -1,19 +1,21 @@
-# Row mode: transform stage, per-split ready queues, and the yield loop.
-#
-# Rules:
-# * A unit's transform runs on read batches of at most ``read_batch_size``
-#   rows. A failing batch is re-run row by row so that every row gets its own
-#   outcome (value, skipped, or an error to re-raise when that row is needed);
-#   a callable ``on_transform_error`` is asked once per failing row. Outcomes
-#   never depend on batch boundaries for row-wise transforms.
-# * The yield loop first catches up lagging splits (by (samples, split id)),
-#   then delivers whole cycles: k cycles at once, where every owned split has
-#   at least k ready rows. A cycle that some split cannot complete ends the
-#   iteration: the first such split in owned order decides whether that is
-#   the end of the epoch or its row's error.
-# * Progress is exact after every yielded row but is kept lazily: a chunk of k
-#   cycles records its base and a counter; per-split values are computed on
-#   demand (state_dict) and folded in when the chunk ends.
+"""Row mode: transform stage, per-split ready queues, and the yield loop.
+
+Rules:
+* A unit's transform runs on read batches of at most ``read_batch_size``
+  rows. A failing batch is re-run row by row so that every row gets its own
+  outcome (value, skipped, or an error to re-raise when that row is needed);
+  a callable ``on_transform_error`` is asked once per failing row. Outcomes
+  never depend on batch boundaries for row-wise transforms.
+* The yield loop first catches up lagging splits (by (samples, split id)),
+  then delivers whole cycles: k cycles at once, where every owned split has
+  at least k ready rows. A cycle that some split cannot complete ends the
+  iteration: the first such split in owned order decides whether that is
+  the end of the epoch or its row's error.
+* Progress is exact after every yielded row but is kept lazily: a chunk of k
+  cycles records its base and a counter; per-split values are computed on
+  demand (state_dict) and folded in when the chunk ends.
+"""
+
 from __future__ import annotations
 
 import heapq

@@ -1,12 +1,14 @@
-# Observability counters.
-#
-# Rules: every update goes through one lock (pool threads add concurrently).
-# A process that iterates inside a DataLoader worker also publishes its values
-# into its own slot of a shared int64 array; readers add the local values and
-# every *other* slot, so worker counters are summed, never last-writer-wins.
-# Cumulative counters (bytes, times, skips, deliveries) only grow; gauges
-# (queue depths, unscanned rows, consumed rows) describe live iterations and
-# are zero when nothing iterates.
+"""Observability counters.
+
+Rules: every update goes through one lock (pool threads add concurrently).
+A process that iterates inside a DataLoader worker also publishes its values
+into its own slot of a shared int64 array; readers add the local values and
+every *other* slot, so worker counters are summed, never last-writer-wins.
+Cumulative counters (bytes, times, skips, deliveries) only grow; gauges
+(queue depths, unscanned rows, consumed rows) describe live iterations and
+are zero when nothing iterates.
+"""
+
 from __future__ import annotations
 
 import ctypes

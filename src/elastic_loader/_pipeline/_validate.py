@@ -1,9 +1,11 @@
-# Constructor validation for StreamingDataset.
-#
-# Rules: every parameter is checked here, before any I/O, in a fixed order:
-# types first (TypeError), then values (ValueError). The order and the
-# exception classes follow spec/ERRORS.md; this module is an independent
-# implementation and must not import elastic_loader.spec.
+"""Constructor validation for StreamingDataset.
+
+Rules: every parameter is checked here, before any I/O, in a fixed order:
+types first (TypeError), then values (ValueError). The order and the
+exception classes follow spec/ERRORS.md; this module is an independent
+implementation and must not import elastic_loader.spec.
+"""
+
 from __future__ import annotations
 
 import warnings

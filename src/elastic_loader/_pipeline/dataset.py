@@ -1,16 +1,18 @@
-# StreamingDataset: the public dataset, a thin driver over the pipeline pieces.
-#
-# Rules:
-# * Construction validates every parameter, builds the permutation once, and
-#   holds per-split progress for all splits. Nothing else does I/O up front.
-# * Iteration resolves the owned splits (rank block, then worker sub-block),
-#   runs one pipeline over them, and keeps the progress of the owned splits
-#   exact after every yielded item. Other splits keep the values they had.
-# * One iterator at a time per instance (a lease); StreamingDataLoader holds
-#   the lease for its whole iteration and commits worker checkpoints here.
-# * Pickling sends a recipe to reopen the table, the row ids (a shared-memory
-#   file during worker start-up, so each worker maps only what it reads), the
-#   progress and the cumulative counters; never live threads or connections.
+"""StreamingDataset: the public dataset, a thin driver over the pipeline pieces.
+
+Rules:
+* Construction validates every parameter, builds the permutation once, and
+  holds per-split progress for all splits. Nothing else does I/O up front.
+* Iteration resolves the owned splits (rank block, then worker sub-block),
+  runs one pipeline over them, and keeps the progress of the owned splits
+  exact after every yielded item. Other splits keep the values they had.
+* One iterator at a time per instance (a lease); StreamingDataLoader holds
+  the lease for its whole iteration and commits worker checkpoints here.
+* Pickling sends a recipe to reopen the table, the row ids (a shared-memory
+  file during worker start-up, so each worker maps only what it reads), the
+  progress and the cumulative counters; never live threads or connections.
+"""
+
 from __future__ import annotations
 
 import atexit

@@ -1,10 +1,12 @@
-# StreamingDataLoader: a torch DataLoader whose checkpoints count only delivered batches.
-#
-# Rules: every batch a worker produces carries the worker's checkpoint right
-# after the batch's last item; the parent commits it into its dataset when the
-# batch is returned by next(), never earlier. A failed batch disables
-# checkpoints until a checkpoint is loaded. Workers start with a start method
-# that is safe with LanceDB (not fork) unless the caller chooses one.
+"""StreamingDataLoader: a torch DataLoader whose checkpoints count only delivered batches.
+
+Rules: every batch a worker produces carries the worker's checkpoint right
+after the batch's last item; the parent commits it into its dataset when the
+batch is returned by next(), never earlier. A failed batch disables
+checkpoints until a checkpoint is loaded. Workers start with a start method
+that is safe with LanceDB (not fork) unless the caller chooses one.
+"""
+
 from __future__ import annotations
 
 import contextlib

@@ -24,20 +24,26 @@ PACKING = ("pack_sequences", "eos_id", "pad_id", "blocks_per_epoch")
 
 
 @dataclass
-class RowProgress:
+class RowState:
+    """Row-mode progress of every split: rows yielded and positions consumed (the spec's ``RowState``)."""
+
     samples: list[int]
     positions: list[int]
 
 
 @dataclass
-class PackedProgress:
+class PackedState:
+    """Packed progress of every split: positions consumed, blocks emitted, partial buffers (the spec's
+    ``PackedState``)."""
+
     consumed: list[int]
     emitted: list[int]
     buffers: dict[int, tuple[list[int], list[int]]] = field(default_factory=dict)
     """Split -> (tokens, document starts); only non-empty buffers."""
 
 
-Progress = RowProgress | PackedProgress
+State = RowState | PackedState
+"""The progress a checkpoint records, in either mode."""
 
 
 @dataclass(frozen=True)
@@ -60,10 +66,10 @@ class Identity:
         return out
 
 
-def snapshot(identity: Identity, progress: Progress) -> dict[str, object]:
+def snapshot(identity: Identity, progress: State) -> dict[str, object]:
     """The checkpoint dict (keys in lancedb.streaming's order)."""
     out = identity.head()
-    if isinstance(progress, RowProgress):
+    if isinstance(progress, RowState):
         out[SAMPLES] = list(progress.samples)
         out[POSITIONS] = list(progress.positions)
     else:
@@ -113,7 +119,7 @@ def is_packed(state: Mapping[str, object]) -> bool:
     return BUFFERS in state
 
 
-def _parse_row(state: Mapping[str, object], num_splits: int) -> RowProgress:
+def _parse_row(state: Mapping[str, object], num_splits: int) -> RowState:
     _need_keys(state, (SAMPLES,))
     raw = state[SAMPLES]
     if isinstance(raw, int) and not isinstance(raw, bool):
@@ -127,7 +133,7 @@ def _parse_row(state: Mapping[str, object], num_splits: int) -> RowProgress:
     bad = [s for s in range(num_splits) if positions[s] < samples[s]]
     if bad:
         raise ValueError(f"split {bad[0]} has fewer positions than samples consumed")
-    return RowProgress(samples, positions)
+    return RowState(samples, positions)
 
 
 def _split_key(key: object, num_splits: int) -> int:
@@ -138,7 +144,7 @@ def _split_key(key: object, num_splits: int) -> int:
     return key
 
 
-def _parse_packed(state: Mapping[str, object], num_splits: int) -> PackedProgress:
+def _parse_packed(state: Mapping[str, object], num_splits: int) -> PackedState:
     _need_keys(state, (SAMPLES, EMITTED, BUFFERS))
     consumed = _int_list(state[SAMPLES], num_splits, SAMPLES)
     emitted = _int_list(state[EMITTED], num_splits, EMITTED)
@@ -162,7 +168,7 @@ def _parse_packed(state: Mapping[str, object], num_splits: int) -> PackedProgres
             raise ValueError(f"{BUFFERS}[{key!r}] starts must increase strictly and index its tokens")
         if tokens:
             buffers[split] = (tokens, starts)
-    return PackedProgress(consumed, emitted, buffers)
+    return PackedState(consumed, emitted, buffers)
 
 
 def _check_identity(state: Mapping[str, object], identity: Identity) -> None:
@@ -194,7 +200,7 @@ def _check_identity(state: Mapping[str, object], identity: Identity) -> None:
                 raise ValueError(f"{key} mismatch: checkpoint has {state[key]!r}, this dataset has {ours!r}")
 
 
-def parse_for(identity: Identity, state: object, split_len: int) -> Progress:
+def parse_for(identity: Identity, state: object, split_len: int) -> State:
     """Validate ``state`` for a dataset with ``identity`` and return its progress.
 
     Raises:
@@ -218,23 +224,23 @@ def parse_for(identity: Identity, state: object, split_len: int) -> Progress:
     return packed
 
 
-def commit(identity: Identity, parent: Progress, incoming: object) -> Progress:
+def commit(identity: Identity, parent: State, incoming: object) -> State:
     """Fold one consumed worker batch's checkpoint into the parent's progress."""
     st = _as_dict(incoming)
     _check_identity(st, identity)
-    if isinstance(parent, RowProgress):
+    if isinstance(parent, RowState):
         return _join_rows([parent, _parse_row(st, identity.num_splits)])
     return _join_packed([parent, _parse_packed(st, identity.num_splits)])
 
 
-def _join_rows(states: Sequence[RowProgress]) -> RowProgress:
-    return RowProgress(
+def _join_rows(states: Sequence[RowState]) -> RowState:
+    return RowState(
         [max(values) for values in zip(*(s.samples for s in states))],
         [max(values) for values in zip(*(s.positions for s in states))],
     )
 
 
-def _join_packed(states: Sequence[PackedProgress]) -> PackedProgress:
+def _join_packed(states: Sequence[PackedState]) -> PackedState:
     first = states[0]
     consumed, emitted = list(first.consumed), list(first.emitted)
     buffers = dict(first.buffers)
@@ -246,7 +252,7 @@ def _join_packed(states: Sequence[PackedProgress]) -> PackedProgress:
                     buffers[s] = other.buffers[s]
                 else:
                     buffers.pop(s, None)
-    return PackedProgress(consumed, emitted, buffers)
+    return PackedState(consumed, emitted, buffers)
 
 
 def _identity_of(state: Mapping[str, object]) -> Identity:

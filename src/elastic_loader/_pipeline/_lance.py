@@ -28,8 +28,9 @@ _SECRET_MARKERS = ("secret", "token", "password", "credential", "key", "sas")
 
 
 @dataclass(frozen=True)
-class Permutation:
-    """Row ids of every split, ``rows[s, p]`` = row id at position ``p`` of split ``s``."""
+class SplitRows:
+    """The built permutation: row ids of every split, ``rows[s, p]`` = row id at position ``p`` of
+    split ``s`` (the spec calls the tuple of splits a ``Permutation``)."""
 
     rows: np.ndarray
     fingerprint: str | None
@@ -85,7 +86,7 @@ def build_permutation(
     filter: str | None,
     split_strategy: Callable[[Any], Any] | None,
     rows_hint: int,
-) -> Permutation:
+) -> SplitRows:
     """Build the split permutation exactly as ``lancedb.streaming`` does and group it by split.
 
     Raises:
@@ -116,7 +117,7 @@ def build_permutation(
     base_version = int(raw_version) if raw_version is not None else None
     rows = _group(row_ids, split_ids, num_splits, strategy=split_strategy is not None)
     fingerprint = _fingerprint(row_ids, split_ids) if split_strategy is not None else None
-    return Permutation(rows, fingerprint, base_version)
+    return SplitRows(rows, fingerprint, base_version)
 
 
 def _group(row_ids: np.ndarray, split_ids: np.ndarray, num_splits: int, *, strategy: bool) -> np.ndarray:

@@ -340,8 +340,9 @@ class PackFeed:
         self.counters.add(ready_rows=added)
 
 
-class PackProgress:
-    """Exact packed progress of the owned splits; lazy inside a chunk."""
+class PackCursor:
+    """The live position of one packed iteration: exact packed progress of the owned splits, lazy
+    inside a chunk (the checkpoint record is ``_checkpoint.PackedState``)."""
 
     def __init__(self, streams: list[SplitStream]) -> None:
         self.streams = streams
@@ -431,7 +432,7 @@ class PackEnd(Exception):
 def iterate(
     pipeline: Pipeline,
     feed: PackFeed,
-    progress: PackProgress,
+    progress: PackCursor,
     *,
     length: int,
     pad: int,

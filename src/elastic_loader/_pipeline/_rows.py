@@ -207,8 +207,9 @@ class RowFeed:
         counters.add(ready_rows=added)
 
 
-class RowProgress:
-    """Exact per-split progress of the owned splits, kept lazily during a chunk."""
+class RowCursor:
+    """The live position of one row iteration: exact per-split progress of the owned splits, kept
+    lazily during a chunk (the checkpoint record is ``_checkpoint.RowState``)."""
 
     def __init__(self, samples: list[int], positions: list[int]) -> None:
         self.samples = samples
@@ -272,7 +273,7 @@ class RowProgress:
 def iterate(
     pipeline: Pipeline,
     feed: RowFeed,
-    progress: RowProgress,
+    progress: RowCursor,
     owned: list[int],
     counters: Counters,
 ) -> Iterator[Any]:

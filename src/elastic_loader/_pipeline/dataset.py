@@ -36,7 +36,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from . import _checkpoint as ckpt
 from . import _fetch, _packing, _rows
-from ._lance import Permutation, Reader, TableSource, build_permutation, column_kind, count_rows, describe
+from ._lance import Reader, SplitRows, TableSource, build_permutation, column_kind, count_rows, describe
 from ._lance import reader_for as _reader_for
 from ._stats import FLAG_UNTRACKED, Counters, Statistics, new_shared
 from ._validate import check_parameters
@@ -208,7 +208,7 @@ class StreamingDataset(IterableDataset[Any]):
 
     def _build_epoch(self) -> None:
         """Build the permutation of ``self._epoch`` and reset progress to its start."""
-        self._perm: Permutation = build_permutation(
+        self._perm: SplitRows = build_permutation(
             self._table,
             num_splits=self._num_splits,
             shuffle=self._shuffle,
@@ -229,11 +229,11 @@ class StreamingDataset(IterableDataset[Any]):
 
     def _reset_progress(self) -> None:
         s = self._num_splits
-        self._progress: ckpt.Progress
+        self._progress: ckpt.State
         if self._pack_sequences is None:
-            self._progress = ckpt.RowProgress([0] * s, [0] * s)
+            self._progress = ckpt.RowState([0] * s, [0] * s)
         else:
-            self._progress = ckpt.PackedProgress([0] * s, [0] * s, {})
+            self._progress = ckpt.PackedState([0] * s, [0] * s, {})
 
     def set_epoch(self, epoch: int) -> None:
         """Start epoch ``epoch``: rebuild the permutation and reset progress to its beginning.
@@ -476,7 +476,7 @@ class StreamingDataset(IterableDataset[Any]):
             self._shuffle_seed, self._num_splits, self._epoch, self._perm.fingerprint, packing
         )
 
-    def _current_progress(self) -> ckpt.Progress:
+    def _current_progress(self) -> ckpt.State:
         live = self._live
         if live is None:
             return self._progress
@@ -522,7 +522,7 @@ class StreamingDataset(IterableDataset[Any]):
                 "(load_state_dict) to continue"
             )
         progress = self._current_progress()
-        if isinstance(progress, ckpt.PackedProgress):
+        if isinstance(progress, ckpt.PackedState):
             counts = {progress.emitted[s] for s in self._rank_splits}
             if len(counts) > 1:
                 raise RuntimeError(
@@ -629,7 +629,7 @@ class StreamingDataset(IterableDataset[Any]):
         self._table_source = source
         self._lease_lock = threading.Lock()
         self._reader_cache = source.open() if source is not None else None
-        self._perm = Permutation(self._row_ids, self._perm.fingerprint, self._perm.base_version)
+        self._perm = SplitRows(self._row_ids, self._perm.fingerprint, self._perm.base_version)
 
     def __repr__(self) -> str:
         mode = f"pack_sequences={self._pack_sequences}" if self._pack_sequences else "rows"
@@ -699,8 +699,8 @@ class _Live:
     def __init__(self, dataset: StreamingDataset, owned: list[int]) -> None:
         self.dataset = dataset
         self.owned = owned
-        self.row_progress: _rows.RowProgress | None = None
-        self.pack_progress: _packing.PackProgress | None = None
+        self.row_progress: _rows.RowCursor | None = None
+        self.pack_progress: _packing.PackCursor | None = None
         self.pipeline: _fetch.Pipeline | None = None
 
     def items(self) -> Iterator[Any]:
@@ -709,10 +709,10 @@ class _Live:
         split_rows = [np.asarray(ds._row_ids[s]) for s in self.owned]
         progress = ds._progress
         counters = ds._counters
-        if isinstance(progress, ckpt.RowProgress):
+        if isinstance(progress, ckpt.RowState):
             samples = [progress.samples[s] for s in self.owned]
             positions = [progress.positions[s] for s in self.owned]
-            self.row_progress = _rows.RowProgress(samples, positions)
+            self.row_progress = _rows.RowCursor(samples, positions)
             feed = _rows.RowFeed(len(self.owned))
             stage = _rows.make_row_stage(ds._transform, ds._on_transform_error, ds._read_batch_size, counters)
             holder: list[_fetch.Pipeline] = []
@@ -749,7 +749,7 @@ class _Live:
         yield from self._packed_items(progress, split_rows, threads)
 
     def _packed_items(
-        self, progress: ckpt.PackedProgress, split_rows: list[np.ndarray], threads: int
+        self, progress: ckpt.PackedState, split_rows: list[np.ndarray], threads: int
     ) -> Iterator[Any]:
         ds = self.dataset
         assert ds._pack_sequences is not None and ds._eos_id is not None and ds._pad_id is not None
@@ -760,7 +760,7 @@ class _Live:
             tokens, starts = progress.buffers.get(s, ([], []))
             streams.append(_packing.SplitStream(tokens, starts, progress.consumed[s], progress.emitted[s]))
         feed = _packing.PackFeed(streams, eos, ds._counters)
-        self.pack_progress = _packing.PackProgress(streams)
+        self.pack_progress = _packing.PackCursor(streams)
         counters = ds._counters
         stage = _packing.make_doc_stage(ds._on_transform_error, counters)
         holder: list[_fetch.Pipeline] = []
@@ -821,18 +821,18 @@ class _Live:
                 return counters.snapshot(), self.pack_progress.docs_pulled()
         return counters.snapshot(), 0
 
-    def progress_now(self) -> ckpt.Progress:
+    def progress_now(self) -> ckpt.State:
         """The dataset's progress with the owned splits' live values."""
         base = self.dataset._progress
         if self.row_progress is not None:
-            assert isinstance(base, ckpt.RowProgress)
+            assert isinstance(base, ckpt.RowState)
             samples, positions = self.row_progress.current()
             out_s, out_p = list(base.samples), list(base.positions)
             for i, s in enumerate(self.owned):
                 out_s[s], out_p[s] = samples[i], positions[i]
-            return ckpt.RowProgress(out_s, out_p)
+            return ckpt.RowState(out_s, out_p)
         if self.pack_progress is not None:
-            assert isinstance(base, ckpt.PackedProgress)
+            assert isinstance(base, ckpt.PackedState)
             consumed, emitted = list(base.consumed), list(base.emitted)
             buffers = dict(base.buffers)
             for i, (c, e, tokens, starts) in enumerate(self.pack_progress.current()):
@@ -842,7 +842,7 @@ class _Live:
                     buffers[s] = (tokens, starts)
                 else:
                     buffers.pop(s, None)
-            return ckpt.PackedProgress(consumed, emitted, buffers)
+            return ckpt.PackedState(consumed, emitted, buffers)
         return base
 
     def close(self) -> None:

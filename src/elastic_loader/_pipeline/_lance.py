@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 EPOCH_PRIME = 100003
+"""The permutation seed of epoch ``e`` is ``shuffle_seed + e * EPOCH_PRIME`` (lancedb.streaming's rule)."""
 _PERM_MEMORY_ENV = "LANCEDB_PERM_BUILDER_MEMORY_LIMIT"
 _PERM_BYTES_PER_ROW = 96  # generous per-row sort budget of the permutation builder
 _SECRET_MARKERS = ("secret", "token", "password", "credential", "key", "sas")

@@ -13,7 +13,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import cast
 
-EPOCH_PRIME = 100003
+from ._lance import EPOCH_PRIME
+
 SEED_LIMIT = 2**64
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
@@ -150,6 +151,23 @@ def check_parameters(
         "every split needs at least one row",
     )
     return Checked(num_splits, io_queue_depth, seed is None)
+
+
+def check_epoch(shuffle_seed: int, epoch: object) -> None:
+    """Validate ``set_epoch(epoch)`` on a dataset whose seed is ``shuffle_seed``.
+
+    Raises:
+        TypeError: ``epoch`` is not an int.
+        ValueError: ``epoch`` is negative or the permutation seed would overflow.
+    """
+    if not _is_int(epoch):
+        raise TypeError(f"epoch must be an int, got {epoch!r}")
+    assert isinstance(epoch, int)
+    _need(epoch >= 0, f"epoch must be >= 0, got {epoch}")
+    _need(
+        shuffle_seed + epoch * EPOCH_PRIME < SEED_LIMIT,
+        f"shuffle_seed + epoch * {EPOCH_PRIME} must be < 2**64",
+    )
 
 
 def _check_columns(columns: Sequence[str], column_kind: Callable[[str], str | None]) -> None:

@@ -39,7 +39,7 @@ from . import _fetch, _packing, _rows
 from ._lance import Reader, SplitRows, TableSource, build_permutation, column_kind, count_rows, describe
 from ._lance import reader_for as _reader_for
 from ._stats import FLAG_UNTRACKED, Counters, Statistics, new_shared
-from ._validate import check_parameters
+from ._validate import check_epoch, check_parameters
 
 logger = logging.getLogger("elastic_loader")
 
@@ -243,12 +243,7 @@ class StreamingDataset(IterableDataset[Any]):
             ValueError: ``epoch`` is negative or the seed would overflow.
             RuntimeError: an iterator over this dataset is active.
         """
-        if isinstance(epoch, bool) or not isinstance(epoch, int):
-            raise TypeError(f"epoch must be an int, got {epoch!r}")
-        if epoch < 0:
-            raise ValueError(f"epoch must be >= 0, got {epoch}")
-        if self._shuffle_seed + epoch * 100003 >= 2**64:
-            raise ValueError("shuffle_seed + epoch * 100003 must be < 2**64")
+        check_epoch(self._shuffle_seed, epoch)
         self._refuse_while_iterating("set_epoch")
         self._epoch = epoch
         self._build_epoch()

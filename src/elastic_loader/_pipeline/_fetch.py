@@ -83,19 +83,6 @@ class StageError(Exception):
         self.error = error
 
 
-def forgiving(on_error: str | Callable[[Exception], object]) -> Callable[[Exception], bool]:
-    """Whether ``on_transform_error`` drops a row whose transform raised ``exc``."""
-
-    def forgive(exc: Exception) -> bool:
-        if on_error == "raise":
-            return False
-        if callable(on_error):
-            return bool(on_error(exc))
-        return True
-
-    return forgive
-
-
 @dataclass(frozen=True)
 class Stage:
     """A mode's transform stage.

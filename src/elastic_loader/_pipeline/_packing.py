@@ -24,10 +24,9 @@ Rules:
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,10 +34,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
-from ._fetch import Pipeline, Stage, Unit, forgiving
+from ._faults import OnError, forgiving, report_dropped
+from ._fetch import Pipeline, Stage, Unit
 from ._stats import Counters
-
-logger = logging.getLogger("elastic_loader")
 
 INT64_MAX = 2**63 - 1
 MAX_CHUNK_CYCLES = 1024
@@ -55,7 +53,7 @@ class DocPayload:
     skipped: set[int] | None  # rows dropped
 
 
-def make_doc_stage(on_error: str | Callable[[Exception], object], counters: Counters) -> Stage:
+def make_doc_stage(on_error: OnError, counters: Counters) -> Stage:
     """The packing transform stage: token lists to flat int64 arrays, bad documents flagged."""
     forgive = forgiving(on_error)
 
@@ -92,15 +90,7 @@ def make_doc_stage(on_error: str | Callable[[Exception], object], counters: Coun
                 dropped.append(exc)
             else:
                 bad[row] = exc
-        if dropped:
-            counters.add(rows_skipped=len(dropped))
-            if on_error == "warn":
-                logger.warning(
-                    "skipped %d of %d documents whose tokens were invalid (first error: %r)",
-                    len(dropped),
-                    batch.num_rows,
-                    dropped[0],
-                )
+        report_dropped(on_error, dropped, batch.num_rows, "documents whose tokens were invalid", counters)
         counters.add(transform_ns=time.perf_counter_ns() - t0)
         return DocPayload(values, starts, lengths, bad or None, skipped or None)
 

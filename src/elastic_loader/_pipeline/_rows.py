@@ -5,7 +5,8 @@ Rules:
   rows. A failing batch is re-run row by row so that every row gets its own
   outcome (value, skipped, or an error to re-raise when that row is needed);
   a callable ``on_transform_error`` is asked once per failing row. Outcomes
-  never depend on batch boundaries for row-wise transforms.
+  never depend on batch boundaries for row-wise transforms. The error policy
+  (what is dropped, row isolation, the warning) is ``_faults``'s.
 * The yield loop first catches up lagging splits (by (samples, split id)),
   then delivers whole cycles: k cycles at once, where every owned split has
   at least k ready rows. A cycle that some split cannot complete ends the
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -30,10 +30,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ._fetch import Pipeline, Stage, StageError, Unit, forgiving
+from ._faults import OnError, forgiving, isolate
+from ._fetch import Pipeline, Stage, StageError, Unit
 from ._stats import Counters
-
-logger = logging.getLogger("elastic_loader")
 
 MAX_CHUNK_CYCLES = 4096
 
@@ -57,7 +56,7 @@ def _rejected_output(out: object) -> str | None:
 
 def make_row_stage(
     transform: Callable[[pa.RecordBatch], Any] | None,
-    on_error: str | Callable[[Exception], object],
+    on_error: OnError,
     read_batch_size: int,
     counters: Counters,
 ) -> Stage:
@@ -96,7 +95,7 @@ def make_row_stage(
         values: list[Any] = []
         skipped: set[int] = set()
         errors: dict[int, BaseException] = {}
-        _isolate(part, 0, batch_error, values, skipped, errors, rows_of, forgive, on_error, counters)
+        isolate(part, 0, batch_error, values, skipped, errors, rows_of, forgive, on_error, counters)
         return RowPayload(values, skipped or None, errors or None)
 
     def combine(parts: list[tuple[int, RowPayload]]) -> RowPayload:
@@ -114,48 +113,6 @@ def make_row_stage(
         return RowPayload(values, skipped or None, errors or None)
 
     return Stage(run, combine, None if transform is None else read_batch_size)
-
-
-def _isolate(
-    part: pa.RecordBatch,
-    start: int,
-    batch_error: Exception,
-    values: list[Any],
-    skipped: set[int],
-    errors: dict[int, BaseException],
-    rows_of: Callable[[pa.RecordBatch, int], list[Any]],
-    forgive: Callable[[Exception], bool],
-    on_error: object,
-    counters: Counters,
-) -> None:
-    """Re-run a failed batch one row at a time; record each row's outcome."""
-    dropped: list[Exception] = []
-    for j in range(part.num_rows):
-        try:
-            values.append(rows_of(part.slice(j, 1), 1)[0])
-            continue
-        except StageError:
-            raise
-        except Exception as exc:
-            row_error = exc
-        values.append(None)
-        if on_error == "raise" or not forgive(row_error):
-            errors[start + j] = row_error
-        else:
-            skipped.add(start + j)
-            dropped.append(row_error)
-    if not dropped and not any(start <= k < start + part.num_rows for k in errors) and on_error == "raise":
-        # The batch failed but every row passes alone: the failure is not row-wise.
-        errors[start] = batch_error
-    if dropped:
-        counters.add(rows_skipped=len(dropped))
-        if on_error == "warn":
-            logger.warning(
-                "skipped %d of %d rows whose transform failed (first error: %r)",
-                len(dropped),
-                part.num_rows,
-                dropped[0],
-            )
 
 
 class RowFeed:

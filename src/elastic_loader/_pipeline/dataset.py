@@ -39,6 +39,7 @@ from . import _fetch, _packing, _rows
 from ._lance import Reader, SplitRows, TableSource, build_permutation, column_kind, count_rows, describe
 from ._lance import reader_for as _reader_for
 from ._stats import FLAG_UNTRACKED, Counters, Statistics, new_shared
+from ._topology import owned_splits, rank_block
 from ._validate import check_epoch, check_parameters
 
 logger = logging.getLogger("elastic_loader")
@@ -198,7 +199,7 @@ class StreamingDataset(IterableDataset[Any]):
         self._shm_path: str | None = None
         self._table_source: TableSource | None = None
         self._build_epoch()
-        self._rank_splits = list(range(rank * self._splits_per_rank, (rank + 1) * self._splits_per_rank))
+        self._rank_splits = rank_block(rank, self._splits_per_rank)
 
     # ------------------------------------------------------------ epochs
 
@@ -329,26 +330,7 @@ class StreamingDataset(IterableDataset[Any]):
 
     def _owned_splits(self) -> tuple[list[int], int | None]:
         """The splits this iterator reads, and the torch worker id when inside a real worker."""
-        torch_info = get_worker_info()
-        info = self._worker_info_override if self._worker_info_override is not None else torch_info
-        if self._worker_info_override is not None and torch_info is not None:
-            logger.warning(
-                "worker_info_override is set while running inside a DataLoader worker; the override wins"
-            )
-        real_worker = torch_info.id if torch_info is not None else None
-        if info is None:
-            return list(self._rank_splits), real_worker
-        nw, w = int(info.num_workers), int(info.id)
-        k = self._splits_per_rank
-        if nw <= 0 or not 0 <= w < nw:
-            raise ValueError(f"invalid worker info: id={w}, num_workers={nw}")
-        if k % nw:
-            raise ValueError(
-                f"the {k} splits of this rank cannot be shared by {nw} workers; num_splits / world_size "
-                "must be divisible by num_workers"
-            )
-        per = k // nw
-        return self._rank_splits[w * per : (w + 1) * per], real_worker
+        return owned_splits(self._rank_splits, self._worker_info_override, get_worker_info())
 
     # ------------------------------------------------------------ leases
 

@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 from torch.utils.data import DataLoader, IterableDataset
 
 from ._stats import zero_worker_gauges
+from ._topology import check_workers
 from .dataset import _ACTIVE, StreamingDataset
 
 # Fork is unsafe once LanceDB's runtime threads exist in the parent (the child inherits
@@ -265,12 +266,7 @@ class StreamingDataLoader(DataLoader[Any]):
     def __iter__(self) -> _CommitIterator:  # type: ignore[override]
         dataset = self._streaming_dataset
         workers = self.num_workers
-        k = dataset._splits_per_rank
-        if workers > 1 and k % workers:
-            raise ValueError(
-                f"the {k} splits of this rank cannot be shared by {workers} workers; num_splits / world_size "
-                "must be divisible by num_workers"
-            )
+        check_workers(dataset._splits_per_rank, workers)
         token = dataset._acquire()
         try:
             progress = dataset._current_progress()

@@ -6,12 +6,14 @@ into its own slot of a shared int64 array; readers add the local values and
 every *other* slot, so worker counters are summed, never last-writer-wins.
 Cumulative counters (bytes, times, skips, deliveries) only grow; gauges
 (queue depths, unscanned rows, consumed rows) describe live iterations and
-are zero when nothing iterates.
+are zero when nothing iterates. The shared array travels only to processes
+being started (:func:`spawning`); a plainly pickled copy counts on its own.
 """
 
 from __future__ import annotations
 
 import ctypes
+import multiprocessing.context
 import threading
 from dataclasses import dataclass
 from multiprocessing.sharedctypes import RawArray
@@ -65,10 +67,11 @@ class Counters:
         self._slot: int | None = None
         self._baseline = dict.fromkeys(_CUMULATIVE, 0)
 
-    # -- pickling: counters travel with the dataset, the lock and slot do not
+    # -- pickling: counters travel with the dataset, the lock and slot do not; the shared
+    # array only to a process being started
     def __getstate__(self) -> dict[str, Any]:
         with self._lock:
-            return {"values": dict(self._values), "shared": self._shared}
+            return {"values": dict(self._values), "shared": self._shared if spawning() else None}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._lock = threading.Lock()
@@ -148,6 +151,14 @@ class Counters:
             prefetch_queue_depth=totals["ready_rows"],
             unscanned_rows=totals["unscanned_rows"],
         )
+
+
+def spawning() -> bool:
+    """True while multiprocessing pickles the arguments of a process it starts.
+
+    Shared memory can only travel then; a plain pickle leaves it behind.
+    """
+    return multiprocessing.context.get_spawning_popen() is not None
 
 
 def new_shared() -> Any:

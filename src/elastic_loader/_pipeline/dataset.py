@@ -19,7 +19,6 @@ import atexit
 import contextlib
 import logging
 import math
-import multiprocessing.context
 import os
 import random
 import tempfile
@@ -36,9 +35,10 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from . import _checkpoint as ckpt
 from . import _fetch, _packing, _rows
+from ._gate import CheckpointGate
 from ._lance import Reader, SplitRows, TableSource, build_permutation, column_kind, count_rows, describe
 from ._lance import reader_for as _reader_for
-from ._stats import FLAG_UNTRACKED, Counters, Statistics, new_shared
+from ._stats import Counters, Statistics, new_shared, spawning
 from ._topology import owned_splits, rank_block
 from ._validate import check_epoch, check_parameters
 
@@ -193,8 +193,7 @@ class StreamingDataset(IterableDataset[Any]):
         self._lease: int | None = None
         self._lease_counter = 0
         self._live: _Live | None = None
-        self._invalid_reason: str | None = None
-        self._require_uniform = False
+        self._gate = CheckpointGate(self._counters.shared)
         self._timing_hook: _fetch.TimingHook | None = None
         self._shm_path: str | None = None
         self._table_source: TableSource | None = None
@@ -248,9 +247,7 @@ class StreamingDataset(IterableDataset[Any]):
         self._refuse_while_iterating("set_epoch")
         self._epoch = epoch
         self._build_epoch()
-        self._invalid_reason = None
-        self._require_uniform = False
-        self._set_untracked(False)
+        self._gate.after_load()
 
     # ------------------------------------------------------------ properties
 
@@ -372,7 +369,7 @@ class StreamingDataset(IterableDataset[Any]):
         if worker is not None:
             self._counters.publish_as_worker(worker)
             if not transport:
-                self._set_untracked(True)
+                self._gate.after_untracked_iteration()
         if transport:
             _ACTIVE[self._uid] = self  # stays after the end: torch collates the last partial batch later
         live = _Live(self, owned)
@@ -462,15 +459,6 @@ class StreamingDataset(IterableDataset[Any]):
     def _snapshot(self) -> dict[str, object]:
         return ckpt.snapshot(self._identity, self._current_progress())
 
-    def _set_untracked(self, value: bool) -> None:
-        shared = self._counters.shared
-        if shared is not None:
-            shared[FLAG_UNTRACKED] = int(value)
-
-    def _untracked(self) -> bool:
-        shared = self._counters.shared
-        return bool(shared is not None and shared[FLAG_UNTRACKED])
-
     def state_dict(self) -> dict[str, object]:
         """The checkpoint: settings plus per-split progress, in ``lancedb.streaming``'s format.
 
@@ -488,32 +476,8 @@ class StreamingDataset(IterableDataset[Any]):
                 is not at a step boundary where one is needed (packing, or a
                 ``StreamingDataLoader`` with several workers).
         """
-        if self._untracked() and get_worker_info() is None:
-            raise RuntimeError(
-                "a plain torch DataLoader with num_workers > 0 iterated this dataset, so its progress is "
-                "unknown here; use StreamingDataLoader, or load a checkpoint to continue"
-            )
-        if self._invalid_reason is not None:
-            raise RuntimeError(
-                f"checkpointing is disabled because {self._invalid_reason}; load the last good checkpoint "
-                "(load_state_dict) to continue"
-            )
         progress = self._current_progress()
-        if isinstance(progress, ckpt.PackedState):
-            counts = {progress.emitted[s] for s in self._rank_splits}
-            if len(counts) > 1:
-                raise RuntimeError(
-                    "packed checkpoints are only exact at step boundaries, when every split of this rank "
-                    f"has emitted the same number of blocks (now {sorted(counts)}); consume more blocks first"
-                )
-        elif self._require_uniform:
-            counts = {progress.samples[s] for s in self._rank_splits}
-            if len(counts) > 1:
-                raise RuntimeError(
-                    "with several StreamingDataLoader workers, checkpoints are only exact at step "
-                    f"boundaries, when every split of this rank has yielded the same number of rows (now "
-                    f"{sorted(counts)}); consume more batches first"
-                )
+        self._gate.check_state_dict(progress, self._rank_splits, in_worker=get_worker_info() is not None)
         return ckpt.snapshot(self._identity, progress)
 
     def load_state_dict(self, state: dict[str, object]) -> None:
@@ -530,9 +494,7 @@ class StreamingDataset(IterableDataset[Any]):
         """
         self._refuse_while_iterating("load_state_dict")
         self._progress = ckpt.parse_for(self._identity, state, self._perm.split_len)
-        self._invalid_reason = None
-        self._require_uniform = False
-        self._set_untracked(False)
+        self._gate.after_load()
 
     @staticmethod
     def merge_state_dicts(states: list[dict[str, object]]) -> dict[str, object]:
@@ -545,11 +507,10 @@ class StreamingDataset(IterableDataset[Any]):
     def _commit(self, state: object, *, require_uniform: bool) -> None:
         """Fold a delivered worker batch's checkpoint into this (parent) dataset."""
         self._progress = ckpt.commit(self._identity, self._progress, state)
-        self._require_uniform = self._require_uniform or require_uniform
+        self._gate.after_commit(require_uniform)
 
     def _invalidate(self, reason: str) -> None:
-        if self._invalid_reason is None:
-            self._invalid_reason = reason
+        self._gate.after_failure(reason)
 
     # ------------------------------------------------------------ pickling
 
@@ -581,7 +542,6 @@ class StreamingDataset(IterableDataset[Any]):
     def __getstate__(self) -> dict[str, Any]:
         if self._live is not None and get_worker_info() is None:
             logger.debug("pickling a dataset while it iterates; the copy starts from the progress so far")
-        spawning = multiprocessing.context.get_spawning_popen() is not None
         state = dict(self.__dict__)
         state["_table"] = None if self._table is None else self._source
         state["_reader_cache"] = None
@@ -589,11 +549,10 @@ class StreamingDataset(IterableDataset[Any]):
         state["_live"] = None
         state["_progress"] = self._current_progress()
         state["_perm"] = replace(self._perm, rows=_NO_ROWS)  # the rows travel once, as _row_ids
-        if spawning:
+        if spawning():
             state["_row_ids"] = ("shared", self._shared_rows_file())
         else:
             state["_row_ids"] = ("inline", self._row_ids)
-            state["_counters"] = _detached(self._counters)
         state["_shm_path"] = None
         return state
 
@@ -662,12 +621,6 @@ def _unlink(path: str) -> None:
 def _cleanup_all() -> None:
     for path in list(_CLEANUP):
         _unlink(path)
-
-
-def _detached(counters: Counters) -> Counters:
-    copy = Counters()
-    copy.__setstate__({"values": counters.__getstate__()["values"], "shared": None})
-    return copy
 
 
 class _Live:

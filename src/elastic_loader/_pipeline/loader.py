@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 
 from torch.utils.data import DataLoader, IterableDataset
 
+from ._gate import check_loader_start
 from ._stats import zero_worker_gauges
 from ._topology import check_workers
 from .dataset import _ACTIVE, StreamingDataset
@@ -269,19 +270,8 @@ class StreamingDataLoader(DataLoader[Any]):
         check_workers(dataset._splits_per_rank, workers)
         token = dataset._acquire()
         try:
-            progress = dataset._current_progress()
+            check_loader_start(dataset._current_progress(), dataset._rank_splits, workers)
             packed = dataset._pack_sequences is not None
-            if packed:
-                counts = {progress.emitted[s] for s in dataset._rank_splits}  # type: ignore[union-attr]
-            elif workers > 1:
-                counts = {progress.samples[s] for s in dataset._rank_splits}  # type: ignore[union-attr]
-            else:
-                counts = set()
-            if len(counts) > 1:
-                raise RuntimeError(
-                    "StreamingDataLoader must start at a step boundary (every split of this rank at the same "
-                    f"count, now {sorted(counts)}); load a checkpoint taken at a step boundary"
-                )
             inner = super().__iter__()
         except BaseException:
             dataset._release(token)

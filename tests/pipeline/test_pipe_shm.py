@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from elastic_loader import StreamingDataset
-from elastic_loader._pipeline import dataset as dataset_module
+from elastic_loader._pipeline import _rowfile
 
 
 def _dead_pid() -> int:
@@ -25,7 +25,7 @@ def test_orphaned_row_files_are_reclaimed_and_live_ones_kept(tmp_path: Path) -> 
     other = tmp_path / "unrelated-file.npy"
     for path in (dead, live, other):
         path.write_bytes(b"x")
-    dataset_module._reclaim_orphans(str(tmp_path))
+    _rowfile.reclaim_orphans(str(tmp_path))
     assert not dead.exists()
     assert live.exists() and other.exists()
 

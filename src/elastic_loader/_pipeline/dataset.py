@@ -15,13 +15,10 @@ Rules:
 
 from __future__ import annotations
 
-import atexit
-import contextlib
 import logging
 import math
 import os
 import random
-import tempfile
 import threading
 import uuid
 import weakref
@@ -38,7 +35,8 @@ from . import _fetch, _packing, _rows
 from ._gate import CheckpointGate
 from ._lance import Reader, SplitRows, TableSource, build_permutation, column_kind, count_rows, describe
 from ._lance import reader_for as _reader_for
-from ._stats import Counters, Statistics, new_shared, spawning
+from ._rowfile import RowFile, rows_of
+from ._stats import Counters, Statistics, new_shared
 from ._topology import owned_splits, rank_block
 from ._validate import check_epoch, check_parameters
 
@@ -195,7 +193,7 @@ class StreamingDataset(IterableDataset[Any]):
         self._live: _Live | None = None
         self._gate = CheckpointGate(self._counters.shared)
         self._timing_hook: _fetch.TimingHook | None = None
-        self._shm_path: str | None = None
+        self._row_file = RowFile()
         self._table_source: TableSource | None = None
         self._build_epoch()
         self._rank_splits = rank_block(rank, self._splits_per_rank)
@@ -526,19 +524,6 @@ class StreamingDataset(IterableDataset[Any]):
             keep_credentials=self._keep_credentials,
         )
 
-    def _shared_rows_file(self) -> str:
-        if self._shm_path is None or not os.path.exists(self._shm_path):
-            directory = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
-            _reclaim_orphans(directory)
-            prefix = f"{_ROWS_PREFIX}{os.getpid()}-"
-            fd, path = tempfile.mkstemp(prefix=prefix, suffix=".npy", dir=directory)
-            with os.fdopen(fd, "wb") as handle:
-                np.save(handle, self._row_ids)
-            weakref.finalize(self, _unlink, path)
-            _CLEANUP.add(path)
-            self._shm_path = path
-        return self._shm_path
-
     def __getstate__(self) -> dict[str, Any]:
         if self._live is not None and get_worker_info() is None:
             logger.debug("pickling a dataset while it iterates; the copy starts from the progress so far")
@@ -549,18 +534,16 @@ class StreamingDataset(IterableDataset[Any]):
         state["_live"] = None
         state["_progress"] = self._current_progress()
         state["_perm"] = replace(self._perm, rows=_NO_ROWS)  # the rows travel once, as _row_ids
-        if spawning():
-            state["_row_ids"] = ("shared", self._shared_rows_file())
-        else:
-            state["_row_ids"] = ("inline", self._row_ids)
-        state["_shm_path"] = None
+        state["_row_ids"] = self._row_file.payload(self._row_ids)
+        state["_row_file"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        kind, rows = state.pop("_row_ids")
+        payload = state.pop("_row_ids")
         source: TableSource | None = state.pop("_table")
         self.__dict__.update(state)
-        self._row_ids = np.load(rows, mmap_mode="r") if kind == "shared" else rows
+        self._row_ids = rows_of(payload)
+        self._row_file = RowFile()
         self._table = None
         self._table_source = source
         self._lease_lock = threading.Lock()
@@ -579,50 +562,6 @@ class StreamingDataset(IterableDataset[Any]):
 _NO_ROWS = np.zeros((0, 0), dtype=np.uint64)
 _ACTIVE: weakref.WeakValueDictionary[str, StreamingDataset] = weakref.WeakValueDictionary()
 """Datasets that iterated under StreamingDataLoader in this process, by dataset id."""
-_CLEANUP: set[str] = set()
-
-
-_ROWS_PREFIX = "elastic-loader-rows-"
-
-
-def _reclaim_orphans(directory: str) -> None:
-    """Remove row-id files whose creating process no longer exists (it was killed, say)."""
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return
-    for name in names:
-        if not name.startswith(_ROWS_PREFIX):
-            continue
-        owner = name[len(_ROWS_PREFIX) :].split("-", 1)[0]
-        if not owner.isdigit() or _alive(int(owner)):
-            continue
-        with contextlib.suppress(OSError):
-            os.unlink(os.path.join(directory, name))
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _unlink(path: str) -> None:
-    _CLEANUP.discard(path)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
-
-
-@atexit.register
-def _cleanup_all() -> None:
-    for path in list(_CLEANUP):
-        _unlink(path)
-
-
 class _Live:
     """One running iteration over the owned splits."""
 

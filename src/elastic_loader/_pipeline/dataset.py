@@ -193,7 +193,6 @@ class StreamingDataset(IterableDataset[Any]):
         self._live: _Live | None = None
         self._gate = CheckpointGate(self._counters.shared)
         self._timing_hook: _fetch.TimingHook | None = None
-        self._row_file = RowFile()
         self._table_source: TableSource | None = None
         self._build_epoch()
         self._rank_splits = rank_block(rank, self._splits_per_rank)
@@ -218,6 +217,7 @@ class StreamingDataset(IterableDataset[Any]):
             rows_hint=self._rows_hint,
         )
         self._row_ids: np.ndarray = self._perm.rows
+        self._row_file = RowFile()  # a file of an earlier epoch holds other row ids
         self._reader_cache: Reader | None = _reader_for(self._table, self._perm.base_version)
         self._blocks_per_epoch: int | None = None
         if self._pack_sequences is not None:

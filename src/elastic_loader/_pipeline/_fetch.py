@@ -10,7 +10,8 @@ Rules:
 * Backpressure: at most ``io_queue_depth`` units are in flight (requested and
   not yet handed to the consumer), and a split is only requested while its
   buffered rows (ready + in flight) are below its target. Memory is bounded
-  by about ``(io_queue_depth + 2)`` units.
+  by about ``(io_queue_depth + 2)`` units. The target is the read-ahead
+  policy's (``_demand``), which the pipeline asks with what it needs to know.
 * A pipeline may read a unit's rows in row-id order (``sorted_reads``): a
   LanceDB take of sorted ids has no rows to put back in order, so it is faster. The
   unit's ``where`` then maps each of its positions to its row of the batch,
@@ -40,6 +41,11 @@ from ._stats import Counters
 TARGET_UNIT_BYTES = 8 * 2**20
 MAX_UNIT_ROWS = 16384
 FIRST_UNIT_ROWS = 512
+
+Want = Callable[[int, int, int], int]
+"""The read-ahead policy: ``want(split, unit_rows, inflight)`` = how many positions owned split
+``split`` should request now (0: none), given the target rows of the next unit and the split's
+positions in flight (see ``_demand``)."""
 
 TimingHook = Callable[[str, int], None]
 """Called as ``hook(stage, unit_number)`` with stage ``"read"`` or ``"transform"``."""
@@ -110,7 +116,7 @@ class Pipeline:
         split_rows: row ids of every owned split (full splits).
         start: first position to read of every owned split.
         stage: the mode's transform stage.
-        want: ``want(i)`` = how many positions split ``i`` should request now (0: none).
+        want: the read-ahead policy (:data:`Want`).
         io_queue_depth: units in flight at most.
         transform_threads: threads of the transform stage.
         counters: observability counters.
@@ -127,7 +133,7 @@ class Pipeline:
         split_rows: list[np.ndarray],
         start: list[int],
         stage: Stage,
-        want: Callable[[int], int],
+        want: Want,
         io_queue_depth: int,
         transform_threads: int,
         counters: Counters,
@@ -192,7 +198,7 @@ class Pipeline:
             room = self.size[i] - self.head[i]
             if room <= 0:
                 continue
-            count = min(room, self._want(i))
+            count = min(room, self._want(i, self._unit_rows, self.inflight[i]))
             if count <= 0:
                 continue
             segments.append(Segment(i, self.head[i], count, offset))

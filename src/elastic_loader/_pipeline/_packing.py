@@ -20,10 +20,14 @@ Rules:
   read, appended documents are gathered from their read batch (in row-id
   order) in the split's order, each followed by EOS. Blocks are views of the
   stream.
+* ``blocks_per_epoch="auto"`` (:func:`estimate_blocks`) reads a seeded ~1%
+  sample of every split once, when the epoch's permutation is built.
 """
 
 from __future__ import annotations
 
+import math
+import random
 import threading
 import time
 from collections.abc import Iterator
@@ -36,9 +40,13 @@ import torch
 
 from ._faults import OnError, forgiving, report_dropped
 from ._fetch import Pipeline, Stage, Unit
+from ._lance import Reader
 from ._stats import Counters
 
 INT64_MAX = 2**63 - 1
+AUTO_SAMPLE_CAP = 100_000
+"""Documents the ``blocks_per_epoch="auto"`` estimate reads at most (over all splits)."""
+AUTO_TAKE_ROWS = 16384
 MAX_CHUNK_CYCLES = 1024
 NULL_TOKENS = "pack_sequences does not support null token lists or null token values"
 TOO_LARGE = "token value does not fit in int64"
@@ -182,6 +190,7 @@ class SplitStream:
         self._part_tokens = 0
 
     def stream_len(self) -> int:
+        """Tokens in the stream: the buffer and the fetched documents, EOS included."""
         return len(self.tokens) + self._part_tokens
 
     def append(
@@ -205,9 +214,6 @@ class SplitStream:
             return None
         total = self.stream_len()
         return total // length
-
-    def buffered_tokens(self) -> int:
-        return self.stream_len()
 
 
 @dataclass
@@ -415,10 +421,6 @@ def _record_state(
     return consumed, record.emitted0 + emitted_rel, buffer.tolist(), starts.tolist()
 
 
-class PackEnd(Exception):
-    """Internal: the packed epoch is over."""
-
-
 def iterate(
     pipeline: Pipeline,
     feed: PackFeed,
@@ -482,3 +484,33 @@ def iterate(
             complete = True
         finally:
             progress.end(complete, counters)
+
+
+def estimate_blocks(reader: Reader, column: str, rows: np.ndarray, length: int, seed: int) -> int:
+    """The ``blocks_per_epoch="auto"`` budget: tokens (EOS included) of a seeded ~1% sample.
+
+    ``rows`` holds every split's row ids (``splits x split length``). Each split
+    samples the same number of positions, ``min(ceil(m / 100), 100000 / splits)``
+    and at least one; the token count is scaled to the epoch, cut into blocks of
+    ``length`` and rounded down to a multiple of the split count (at least one
+    block per split).
+
+    Raises:
+        ValueError: a sampled document has null tokens.
+    """
+    s, m = int(rows.shape[0]), int(rows.shape[1])
+    cap = max(1, AUTO_SAMPLE_CAP // s)
+    rng = random.Random(seed)
+    per_split = min(m, max(1, min(math.ceil(m / 100), cap)))
+    picks = [sorted(rng.sample(range(m), per_split)) for _ in range(s)]
+    ids = np.concatenate([rows[split, offsets] for split, offsets in enumerate(picks)])
+    sampled_tokens = 0
+    for start in range(0, len(ids), AUTO_TAKE_ROWS):
+        tokens = reader.take(ids[start : start + AUTO_TAKE_ROWS], [column]).column(0)
+        if tokens.null_count or pc.list_flatten(tokens).null_count:
+            raise ValueError(NULL_TOKENS)
+        sampled_tokens += int(pc.sum(pc.list_value_length(tokens)).as_py() or 0)
+    sampled = per_split * s
+    estimated = (sampled_tokens + sampled) * (m * s) // sampled
+    blocks = estimated // length
+    return max(s, blocks - blocks % s)

@@ -106,7 +106,7 @@ def check_parameters(
         warnings.warn(
             "prefetch_batches is deprecated; use io_queue_depth",
             DeprecationWarning,
-            stacklevel=4,
+            stacklevel=5,
         )
         io_queue_depth = p["prefetch_batches"]
     for name, _, minimum in _INTS:

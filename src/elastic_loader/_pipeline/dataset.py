@@ -16,37 +16,32 @@ Rules:
 from __future__ import annotations
 
 import logging
-import math
-import os
-import random
 import threading
 import uuid
+import warnings
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any, Literal, cast
 
 import numpy as np
-import pyarrow.compute as pc
 from torch.utils.data import IterableDataset, get_worker_info
 
 from . import _checkpoint as ckpt
-from . import _fetch, _packing, _rows
+from . import _fetch, _packing
 from ._gate import CheckpointGate
-from ._lance import Reader, SplitRows, TableSource, build_permutation, column_kind, count_rows, describe
-from ._lance import reader_for as _reader_for
+from ._lance import Reader, SplitRows, TableSource, build_permutation, describe, reader_for
 from ._rowfile import RowFile, rows_of
+from ._session import Session
+from ._settings import Settings, settings_for
 from ._stats import Counters, Statistics, new_shared
 from ._topology import owned_splits, rank_block
-from ._validate import check_epoch, check_parameters
+from ._validate import check_epoch
 
 logger = logging.getLogger("elastic_loader")
 
 DEFAULT_READ_BATCH_SIZE = 64
 DEFAULT_IO_QUEUE_DEPTH = 4
-_AUTO_SAMPLE_CAP = 100_000
-_TARGET_UNIT_TOKENS = 1 << 20
-_FIRST_DOC_GUESS = 128
 
 
 class StreamingDataset(IterableDataset[Any]):
@@ -147,91 +142,65 @@ class StreamingDataset(IterableDataset[Any]):
         pickle_storage_credentials: bool = False,
     ) -> None:
         super().__init__()
-        params = dict(locals())
+        arguments = dict(locals())
         for name in ("self", "table", "__class__", "pickle_storage_credentials"):
-            params.pop(name, None)
-        if not hasattr(table, "schema"):
-            raise TypeError(f"table must be a LanceDB table, got {type(table).__name__}")
-        rows_seen: list[int] = []
-
-        def rows_after_filter() -> int:
-            rows_seen.append(count_rows(table, filter))
-            return rows_seen[-1]
-
-        checked = check_parameters(params, lambda name: column_kind(table, name), rows_after_filter)
-        self._table = table
-        self._num_splits = checked.num_splits
-        self._shuffle = shuffle
-        self._split_strategy = split_strategy
-        self._shuffle_seed: int = random.randrange(2**32) if checked.draw_seed else int(shuffle_seed or 0)
+            arguments.pop(name, None)
+        self._settings: Settings = settings_for(table, arguments, pickle_storage_credentials)
+        self._table: Any = table
+        self._table_source: TableSource | None = None
         self._epoch = epoch
-        self._rank = rank
-        self._world_size = world_size
-        self._read_batch_size = read_batch_size
-        self._io_queue_depth = checked.io_queue_depth
-        self._columns = list(columns) if columns is not None else None
-        self._shuffle_clump_size = shuffle_clump_size
-        self._filter = filter
-        self._transform = transform
-        self._transform_parallelism = transform_parallelism
-        self._pack_sequences = pack_sequences
-        self._eos_id = eos_id
-        self._pad_id = pad_id
-        self._blocks_requested = blocks_per_epoch
-        self._on_transform_error = on_transform_error
-        self._transform_queue_depth = transform_queue_depth
-        self._connection_factory = connection_factory
-        self._worker_info_override = worker_info_override
-        self._keep_credentials = pickle_storage_credentials
-        self._rows_hint = rows_seen[-1] if rows_seen else 0
-        self._uid = uuid.uuid4().hex
         self._counters = Counters()
         self._counters.attach_shared(new_shared())
+        self._gate = CheckpointGate(self._counters.shared)
+        self._uid = uuid.uuid4().hex
         self._lease_lock = threading.Lock()
         self._lease: int | None = None
         self._lease_counter = 0
-        self._live: _Live | None = None
-        self._gate = CheckpointGate(self._counters.shared)
+        self._session: Session | None = None
         self._timing_hook: _fetch.TimingHook | None = None
-        self._table_source: TableSource | None = None
+        self._rank_splits = rank_block(rank, self._settings.splits_per_rank)
         self._build_epoch()
-        self._rank_splits = rank_block(rank, self._splits_per_rank)
 
     # ------------------------------------------------------------ epochs
 
-    @property
-    def _splits_per_rank(self) -> int:
-        return self._num_splits // self._world_size
-
     def _build_epoch(self) -> None:
-        """Build the permutation of ``self._epoch`` and reset progress to its start."""
+        """Build the permutation of ``self._epoch``, resolve its block budget, reset progress to its start."""
+        settings = self._settings
         self._perm: SplitRows = build_permutation(
             self._table,
-            num_splits=self._num_splits,
-            shuffle=self._shuffle,
-            shuffle_seed=self._shuffle_seed,
+            num_splits=settings.num_splits,
+            shuffle=settings.shuffle,
+            shuffle_seed=settings.shuffle_seed,
             epoch=self._epoch,
-            clump_size=self._shuffle_clump_size,
-            filter=self._filter,
-            split_strategy=self._split_strategy,
-            rows_hint=self._rows_hint,
+            clump_size=settings.shuffle_clump_size,
+            filter=settings.filter,
+            split_strategy=settings.split_strategy,
+            rows_hint=settings.rows_hint,
         )
         self._row_ids: np.ndarray = self._perm.rows
         self._row_file = RowFile()  # a file of an earlier epoch holds other row ids
-        self._reader_cache: Reader | None = _reader_for(self._table, self._perm.base_version)
+        self._reader_cache: Reader | None = reader_for(self._table, self._perm.base_version)
         self._blocks_per_epoch: int | None = None
-        if self._pack_sequences is not None:
-            requested = self._blocks_requested
+        if settings.packed:
+            requested = settings.blocks_per_epoch
             self._blocks_per_epoch = self._estimate_blocks() if requested == "auto" else cast(int, requested)
-        self._reset_progress()
+        s = settings.num_splits
+        self._progress: ckpt.State = (
+            ckpt.PackedState([0] * s, [0] * s, {}) if settings.packed else ckpt.RowState([0] * s, [0] * s)
+        )
 
-    def _reset_progress(self) -> None:
-        s = self._num_splits
-        self._progress: ckpt.State
-        if self._pack_sequences is None:
-            self._progress = ckpt.RowState([0] * s, [0] * s)
-        else:
-            self._progress = ckpt.PackedState([0] * s, [0] * s, {})
+    def _estimate_blocks(self) -> int:
+        warnings.warn(
+            "blocks_per_epoch='auto' estimates the token count from a ~1% sample; pass an int for an "
+            "exact epoch size",
+            UserWarning,
+            stacklevel=4,
+        )
+        settings = self._settings
+        assert settings.pack_sequences is not None and settings.columns is not None
+        return _packing.estimate_blocks(
+            self._reader, settings.columns[0], self._row_ids, settings.pack_sequences, settings.shuffle_seed
+        )
 
     def set_epoch(self, epoch: int) -> None:
         """Start epoch ``epoch``: rebuild the permutation and reset progress to its beginning.
@@ -241,7 +210,7 @@ class StreamingDataset(IterableDataset[Any]):
             ValueError: ``epoch`` is negative or the seed would overflow.
             RuntimeError: an iterator over this dataset is active.
         """
-        check_epoch(self._shuffle_seed, epoch)
+        check_epoch(self._settings.shuffle_seed, epoch)
         self._refuse_while_iterating("set_epoch")
         self._epoch = epoch
         self._build_epoch()
@@ -252,12 +221,12 @@ class StreamingDataset(IterableDataset[Any]):
     @property
     def num_splits(self) -> int:
         """Number of splits."""
-        return self._num_splits
+        return self._settings.num_splits
 
     @property
     def shuffle_seed(self) -> int:
         """The shuffle seed (the drawn one when ``shuffle_seed=None`` was passed)."""
-        return self._shuffle_seed
+        return self._settings.shuffle_seed
 
     @property
     def epoch(self) -> int:
@@ -282,56 +251,14 @@ class StreamingDataset(IterableDataset[Any]):
     def __len__(self) -> int:
         """Items this rank yields in a full epoch without skipped rows."""
         if self._blocks_per_epoch is not None:
-            return self._blocks_per_epoch // self._world_size
-        return self._splits_per_rank * self._perm.split_len
-
-    # ------------------------------------------------------------ reading helpers
-
-    @property
-    def _reader(self) -> Reader:
-        if self._reader_cache is None:
-            self._reader_cache = self._source.open()
-        return self._reader_cache
-
-    def _estimate_blocks(self) -> int:
-        """The ``blocks_per_epoch="auto"`` estimate (the reference's ~1% sample, seeded)."""
-        import warnings
-
-        warnings.warn(
-            "blocks_per_epoch='auto' estimates the token count from a ~1% sample; pass an int for an "
-            "exact epoch size",
-            UserWarning,
-            stacklevel=4,
-        )
-        assert self._pack_sequences is not None and self._columns is not None
-        s, m = self._num_splits, self._perm.split_len
-        cap = max(1, _AUTO_SAMPLE_CAP // s)
-        rng = random.Random(self._shuffle_seed)
-        per_split = min(m, max(1, min(math.ceil(m / 100), cap)))
-        picks = [sorted(rng.sample(range(m), per_split)) for _ in range(s)]
-        ids = np.concatenate([self._row_ids[split, offsets] for split, offsets in enumerate(picks)])
-        sampled_tokens = 0
-        for start in range(0, len(ids), 16384):
-            column = self._reader.take(ids[start : start + 16384], self._columns).column(0)
-            if column.null_count or pc.list_flatten(column).null_count:
-                raise ValueError("pack_sequences does not support null token lists or null token values")
-            sampled_tokens += int(pc.sum(pc.list_value_length(column)).as_py() or 0)
-        sampled = per_split * s
-        estimated = (sampled_tokens + sampled) * (m * s) // sampled
-        blocks = estimated // self._pack_sequences
-        return max(s, blocks - blocks % s)
-
-    # ------------------------------------------------------------ worker topology
-
-    def _owned_splits(self) -> tuple[list[int], int | None]:
-        """The splits this iterator reads, and the torch worker id when inside a real worker."""
-        return owned_splits(self._rank_splits, self._worker_info_override, get_worker_info())
+            return self._blocks_per_epoch // self._settings.world_size
+        return self._settings.splits_per_rank * self._perm.split_len
 
     # ------------------------------------------------------------ leases
 
     def _acquire(self) -> int:
         with self._lease_lock:
-            if self._lease is not None or self._live is not None:
+            if self._lease is not None or self._session is not None:
                 raise RuntimeError(
                     "StreamingDataset allows one active iterator per instance; finish or close the other "
                     "iterator (or its StreamingDataLoader iterator) first"
@@ -346,7 +273,7 @@ class StreamingDataset(IterableDataset[Any]):
                 self._lease = None
 
     def _refuse_while_iterating(self, what: str) -> None:
-        if self._lease is not None or self._live is not None:
+        if self._lease is not None or self._session is not None:
             raise RuntimeError(f"{what} is not allowed while an iterator over this dataset is active")
 
     # ------------------------------------------------------------ iteration
@@ -363,30 +290,47 @@ class StreamingDataset(IterableDataset[Any]):
                 self._release(token)
 
     def _run(self, transport: bool) -> Iterator[Any]:
-        owned, worker = self._owned_splits()
+        override = self._settings.worker_info_override
+        owned, worker = owned_splits(self._rank_splits, override, get_worker_info())
         if worker is not None:
             self._counters.publish_as_worker(worker)
             if not transport:
                 self._gate.after_untracked_iteration()
         if transport:
             _ACTIVE[self._uid] = self  # stays after the end: torch collates the last partial batch later
-        live = _Live(self, owned)
-        self._live = live
+        session = Session(
+            self._settings,
+            owned,
+            [np.asarray(self._row_ids[s]) for s in owned],
+            self._progress,
+            blocks_per_epoch=self._blocks_per_epoch,
+            reader=self._reader,
+            counters=self._counters,
+            hook=self._timing_hook,
+        )
+        self._session = session
         try:
-            yield from live.items()
+            yield from session.items()
         finally:
-            live.close()
-            self._live = None
+            self._progress = session.progress(self._progress)
+            session.close()
+            self._session = None
             self._counters.idle()
+
+    @property
+    def _reader(self) -> Reader:
+        if self._reader_cache is None:
+            self._reader_cache = self._source.open()
+        return self._reader_cache
 
     # ------------------------------------------------------------ observability
 
     def statistics(self) -> Statistics:
         """A snapshot of the pipeline counters, summed over this process and its workers."""
-        live = self._live
-        if live is None:
+        session = self._session
+        if session is None:
             return self._counters.snapshot()
-        stats, handed = live.statistics()
+        stats, handed = session.statistics()
         return replace(
             stats,
             consumed_rows=stats.consumed_rows + handed,
@@ -438,21 +382,19 @@ class StreamingDataset(IterableDataset[Any]):
 
     @property
     def _identity(self) -> ckpt.Identity:
+        settings = self._settings
         packing = None
-        if self._pack_sequences is not None:
-            assert (
-                self._eos_id is not None and self._pad_id is not None and self._blocks_per_epoch is not None
-            )
-            packing = (self._pack_sequences, self._eos_id, self._pad_id, self._blocks_per_epoch)
+        if settings.pack_sequences is not None:
+            assert settings.eos_id is not None and settings.pad_id is not None
+            assert self._blocks_per_epoch is not None
+            packing = (settings.pack_sequences, settings.eos_id, settings.pad_id, self._blocks_per_epoch)
         return ckpt.Identity(
-            self._shuffle_seed, self._num_splits, self._epoch, self._perm.fingerprint, packing
+            settings.shuffle_seed, settings.num_splits, self._epoch, self._perm.fingerprint, packing
         )
 
     def _current_progress(self) -> ckpt.State:
-        live = self._live
-        if live is None:
-            return self._progress
-        return live.progress_now()
+        session = self._session
+        return self._progress if session is None else session.progress(self._progress)
 
     def _snapshot(self) -> dict[str, object]:
         return ckpt.snapshot(self._identity, self._current_progress())
@@ -520,18 +462,18 @@ class StreamingDataset(IterableDataset[Any]):
         return describe(
             self._table,
             self._perm.base_version,
-            connection_factory=self._connection_factory,
-            keep_credentials=self._keep_credentials,
+            connection_factory=self._settings.connection_factory,
+            keep_credentials=self._settings.keep_credentials,
         )
 
     def __getstate__(self) -> dict[str, Any]:
-        if self._live is not None and get_worker_info() is None:
+        if self._session is not None and get_worker_info() is None:
             logger.debug("pickling a dataset while it iterates; the copy starts from the progress so far")
         state = dict(self.__dict__)
         state["_table"] = None if self._table is None else self._source
         state["_reader_cache"] = None
         state["_lease_lock"] = None
-        state["_live"] = None
+        state["_session"] = None
         state["_progress"] = self._current_progress()
         state["_perm"] = replace(self._perm, rows=_NO_ROWS)  # the rows travel once, as _row_ids
         state["_row_ids"] = self._row_file.payload(self._row_ids)
@@ -551,10 +493,11 @@ class StreamingDataset(IterableDataset[Any]):
         self._perm = SplitRows(self._row_ids, self._perm.fingerprint, self._perm.base_version)
 
     def __repr__(self) -> str:
-        mode = f"pack_sequences={self._pack_sequences}" if self._pack_sequences else "rows"
+        s = self._settings
+        mode = f"pack_sequences={s.pack_sequences}" if s.pack_sequences else "rows"
         return (
-            f"StreamingDataset(num_splits={self._num_splits}, split_size={self._perm.split_len}, "
-            f"rank={self._rank}/{self._world_size}, epoch={self._epoch}, shuffle_seed={self._shuffle_seed}, "
+            f"StreamingDataset(num_splits={s.num_splits}, split_size={self._perm.split_len}, "
+            f"rank={s.rank}/{s.world_size}, epoch={self._epoch}, shuffle_seed={s.shuffle_seed}, "
             f"{mode})"
         )
 
@@ -562,163 +505,6 @@ class StreamingDataset(IterableDataset[Any]):
 _NO_ROWS = np.zeros((0, 0), dtype=np.uint64)
 _ACTIVE: weakref.WeakValueDictionary[str, StreamingDataset] = weakref.WeakValueDictionary()
 """Datasets that iterated under StreamingDataLoader in this process, by dataset id."""
-class _Live:
-    """One running iteration over the owned splits."""
-
-    def __init__(self, dataset: StreamingDataset, owned: list[int]) -> None:
-        self.dataset = dataset
-        self.owned = owned
-        self.row_progress: _rows.RowCursor | None = None
-        self.pack_progress: _packing.PackCursor | None = None
-        self.pipeline: _fetch.Pipeline | None = None
-
-    def items(self) -> Iterator[Any]:
-        ds = self.dataset
-        threads = ds._transform_parallelism or os.cpu_count() or 1
-        split_rows = [np.asarray(ds._row_ids[s]) for s in self.owned]
-        progress = ds._progress
-        counters = ds._counters
-        if isinstance(progress, ckpt.RowState):
-            samples = [progress.samples[s] for s in self.owned]
-            positions = [progress.positions[s] for s in self.owned]
-            self.row_progress = _rows.RowCursor(samples, positions)
-            feed = _rows.RowFeed(len(self.owned))
-            stage = _rows.make_row_stage(ds._transform, ds._on_transform_error, ds._read_batch_size, counters)
-            holder: list[_fetch.Pipeline] = []
-            tq = ds._transform_queue_depth
-
-            def want(i: int) -> int:
-                pipe = holder[0]
-                if feed.error[i] is not None:
-                    return 0
-                quota = max(1, -(-pipe.unit_rows // len(self.owned)))
-                target = quota * ds._io_queue_depth
-                if tq is not None:
-                    target = min(target, max(1, tq * ds._read_batch_size))
-                    quota = min(quota, target)
-                return quota if feed.ready(i) + pipe.inflight[i] < target else 0
-
-            pipeline = _fetch.Pipeline(
-                reader=ds._reader,
-                columns=ds._columns,
-                split_rows=split_rows,
-                start=positions,
-                stage=stage,
-                want=want,
-                io_queue_depth=ds._io_queue_depth,
-                transform_threads=threads,
-                counters=counters,
-                min_unit_rows=ds._read_batch_size,
-                hook=ds._timing_hook,
-            )
-            holder.append(pipeline)
-            self.pipeline = pipeline
-            yield from _rows.iterate(pipeline, feed, self.row_progress, self.owned, counters)
-            return
-        yield from self._packed_items(progress, split_rows, threads)
-
-    def _packed_items(
-        self, progress: ckpt.PackedState, split_rows: list[np.ndarray], threads: int
-    ) -> Iterator[Any]:
-        ds = self.dataset
-        assert ds._pack_sequences is not None and ds._eos_id is not None and ds._pad_id is not None
-        assert ds._blocks_per_epoch is not None
-        length, eos = ds._pack_sequences, ds._eos_id
-        streams = []
-        for s in self.owned:
-            tokens, starts = progress.buffers.get(s, ([], []))
-            streams.append(_packing.SplitStream(tokens, starts, progress.consumed[s], progress.emitted[s]))
-        feed = _packing.PackFeed(streams, eos, ds._counters)
-        self.pack_progress = _packing.PackCursor(streams)
-        counters = ds._counters
-        stage = _packing.make_doc_stage(ds._on_transform_error, counters)
-        holder: list[_fetch.Pipeline] = []
-        doc_tokens = [float(_FIRST_DOC_GUESS)]
-
-        def want(i: int) -> int:
-            pipe = holder[0]
-            stream = streams[i]
-            if stream.error is not None:
-                return 0
-            if stream.fetched_docs:
-                doc_tokens[0] = max(1.0, stream.fetched_tokens / stream.fetched_docs)
-            per_split = max(length, _TARGET_UNIT_TOKENS // len(streams))
-            buffered = stream.buffered_tokens() + pipe.inflight[i] * doc_tokens[0]
-            if buffered >= per_split * ds._io_queue_depth:
-                return 0
-            # Units start small (fast first block) and grow with the pipeline's unit size.
-            growing = -(-pipe.unit_rows // len(streams))
-            return max(1, min(growing, math.ceil(per_split / doc_tokens[0])))
-
-        pipeline = _fetch.Pipeline(
-            reader=ds._reader,
-            columns=ds._columns,
-            split_rows=split_rows,
-            start=[progress.consumed[s] for s in self.owned],
-            stage=stage,
-            want=want,
-            io_queue_depth=ds._io_queue_depth,
-            transform_threads=threads,
-            counters=counters,
-            min_unit_rows=ds._read_batch_size,
-            sorted_reads=True,
-            hook=ds._timing_hook,
-        )
-        holder.append(pipeline)
-        self.pipeline = pipeline
-        yield from _packing.iterate(
-            pipeline,
-            feed,
-            self.pack_progress,
-            length=length,
-            pad=ds._pad_id,
-            budget=ds._blocks_per_epoch // ds._num_splits,
-            counters=counters,
-        )
-
-    def statistics(self) -> tuple[Statistics, int]:
-        """The counters, and the items of the current chunk handed out but not yet counted.
-
-        Read together under the chunk's lock, so a chunk ending meanwhile is never half seen.
-        """
-        counters = self.dataset._counters
-        if self.row_progress is not None:
-            with self.row_progress.locked():
-                return counters.snapshot(), self.row_progress.cursor
-        if self.pack_progress is not None:
-            with self.pack_progress.locked():
-                return counters.snapshot(), self.pack_progress.docs_pulled()
-        return counters.snapshot(), 0
-
-    def progress_now(self) -> ckpt.State:
-        """The dataset's progress with the owned splits' live values."""
-        base = self.dataset._progress
-        if self.row_progress is not None:
-            assert isinstance(base, ckpt.RowState)
-            samples, positions = self.row_progress.current()
-            out_s, out_p = list(base.samples), list(base.positions)
-            for i, s in enumerate(self.owned):
-                out_s[s], out_p[s] = samples[i], positions[i]
-            return ckpt.RowState(out_s, out_p)
-        if self.pack_progress is not None:
-            assert isinstance(base, ckpt.PackedState)
-            consumed, emitted = list(base.consumed), list(base.emitted)
-            buffers = dict(base.buffers)
-            for i, (c, e, tokens, starts) in enumerate(self.pack_progress.current()):
-                s = self.owned[i]
-                consumed[s], emitted[s] = c, e
-                if tokens:
-                    buffers[s] = (tokens, starts)
-                else:
-                    buffers.pop(s, None)
-            return ckpt.PackedState(consumed, emitted, buffers)
-        return base
-
-    def close(self) -> None:
-        """Fold the live progress into the dataset and stop the pipeline."""
-        self.dataset._progress = self.progress_now()
-        if self.pipeline is not None:
-            self.pipeline.close()
 
 
 def merge_state_dicts(states: list[dict[str, object]]) -> dict[str, object]:

@@ -267,11 +267,11 @@ class StreamingDataLoader(DataLoader[Any]):
     def __iter__(self) -> _CommitIterator:  # type: ignore[override]
         dataset = self._streaming_dataset
         workers = self.num_workers
-        check_workers(dataset._splits_per_rank, workers)
+        check_workers(dataset._settings.splits_per_rank, workers)
         token = dataset._acquire()
         try:
             check_loader_start(dataset._current_progress(), dataset._rank_splits, workers)
-            packed = dataset._pack_sequences is not None
+            packed = dataset._settings.packed
             inner = super().__iter__()
         except BaseException:
             dataset._release(token)

@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
-import uuid
 import warnings
-import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any, Literal, cast
@@ -29,13 +27,13 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from . import _checkpoint as ckpt
 from . import _fetch, _packing
-from ._gate import CheckpointGate
+from ._gate import CheckpointGate, check_loader_start
 from ._lance import Reader, SplitRows, TableSource, build_permutation, describe, reader_for
 from ._rowfile import RowFile, rows_of
 from ._session import Session
 from ._settings import Settings, settings_for
-from ._stats import Counters, Statistics, new_shared
-from ._topology import owned_splits, rank_block
+from ._stats import Counters, Statistics, new_shared, zero_worker_gauges
+from ._topology import check_workers, owned_splits, rank_block
 from ._validate import check_epoch
 
 logger = logging.getLogger("elastic_loader")
@@ -152,7 +150,6 @@ class StreamingDataset(IterableDataset[Any]):
         self._counters = Counters()
         self._counters.attach_shared(new_shared())
         self._gate = CheckpointGate(self._counters.shared)
-        self._uid = uuid.uuid4().hex
         self._lease_lock = threading.Lock()
         self._lease: int | None = None
         self._lease_counter = 0
@@ -296,8 +293,6 @@ class StreamingDataset(IterableDataset[Any]):
             self._counters.publish_as_worker(worker)
             if not transport:
                 self._gate.after_untracked_iteration()
-        if transport:
-            _ACTIVE[self._uid] = self  # stays after the end: torch collates the last partial batch later
         session = Session(
             self._settings,
             owned,
@@ -503,8 +498,63 @@ class StreamingDataset(IterableDataset[Any]):
 
 
 _NO_ROWS = np.zeros((0, 0), dtype=np.uint64)
-_ACTIVE: weakref.WeakValueDictionary[str, StreamingDataset] = weakref.WeakValueDictionary()
-"""Datasets that iterated under StreamingDataLoader in this process, by dataset id."""
+
+
+class LoaderLink:
+    """What StreamingDataLoader may do with its dataset: the one interface between the two.
+
+    The loader holds the dataset's lease for its whole iteration, checks that
+    its workers and the dataset's progress fit, has torch iterate the items
+    with the consumer-commit transport on (worker processes iterate their own
+    copies), attaches :meth:`snapshot` to every batch, and commits each
+    delivered batch's snapshot into the parent dataset, or closes its
+    checkpoint gate when a batch fails.
+    """
+
+    def __init__(self, dataset: StreamingDataset) -> None:
+        self._dataset = dataset
+
+    @property
+    def packed(self) -> bool:
+        """Packing: checkpoints are only exact at step boundaries."""
+        return self._dataset._settings.packed
+
+    def check_workers(self, num_workers: int) -> None:
+        """Raise ``ValueError`` when ``num_workers`` cannot share this rank's splits."""
+        check_workers(self._dataset._settings.splits_per_rank, num_workers)
+
+    def acquire(self) -> int:
+        """Take the dataset's lease (one active iterator); ``RuntimeError`` when taken."""
+        return self._dataset._acquire()
+
+    def release(self, token: int) -> None:
+        """Give the lease back."""
+        self._dataset._release(token)
+
+    def check_start(self, num_workers: int) -> None:
+        """Raise ``RuntimeError`` unless the dataset's progress is where a loader may start."""
+        dataset = self._dataset
+        check_loader_start(dataset._current_progress(), dataset._rank_splits, num_workers)
+
+    def items(self) -> Iterator[Any]:
+        """The dataset's items for torch (no lease of their own: the loader holds it)."""
+        return self._dataset._iterate(transport=True)
+
+    def snapshot(self) -> dict[str, object]:
+        """The checkpoint of this process's dataset right now (no gate: it travels with a batch)."""
+        return self._dataset._snapshot()
+
+    def commit(self, state: object, *, require_uniform: bool) -> None:
+        """Fold a delivered batch's checkpoint into the dataset."""
+        self._dataset._commit(state, require_uniform=require_uniform)
+
+    def invalidate(self, reason: str) -> None:
+        """A batch failed before it reached the trainer: close the checkpoint gate."""
+        self._dataset._invalidate(reason)
+
+    def workers_done(self) -> None:
+        """The loader's workers are gone: zero their gauges."""
+        zero_worker_gauges(self._dataset._counters.shared)
 
 
 def merge_state_dicts(states: list[dict[str, object]]) -> dict[str, object]:

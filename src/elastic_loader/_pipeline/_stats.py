@@ -17,7 +17,7 @@ import multiprocessing.context
 import threading
 from dataclasses import dataclass
 from multiprocessing.sharedctypes import RawArray
-from typing import Any
+from typing import Any, Generic, NoReturn, Protocol, TypeVar, overload
 
 import numpy as np
 
@@ -55,6 +55,44 @@ class Statistics:
     raw_queue_depth: int
     prefetch_queue_depth: int
     unscanned_rows: int
+
+
+T = TypeVar("T", int, float)
+
+
+class _HasStatistics(Protocol):
+    def statistics(self) -> Statistics: ...
+
+
+class StatisticField(Generic[T]):
+    """A read-only attribute answering one field of its owner's ``statistics()``.
+
+    ``bytes_loaded = StatisticField[int]("doc")`` on a class with a
+    ``statistics()`` method reads ``obj.statistics().bytes_loaded``, like a
+    property of that name with that docstring.
+    """
+
+    def __init__(self, doc: str) -> None:
+        self.__doc__ = doc
+        self._name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
+
+    @overload
+    def __get__(self, obj: None, owner: type | None = None) -> StatisticField[T]: ...
+
+    @overload
+    def __get__(self, obj: _HasStatistics, owner: type | None = None) -> T: ...
+
+    def __get__(self, obj: _HasStatistics | None, owner: type | None = None) -> T | StatisticField[T]:
+        if obj is None:
+            return self
+        value: T = getattr(obj.statistics(), self._name)
+        return value
+
+    def __set__(self, obj: object, value: object) -> NoReturn:
+        raise AttributeError(f"property {self._name!r} of {type(obj).__name__!r} object has no setter")
 
 
 class Counters:

@@ -32,7 +32,7 @@ from ._lance import Reader, SplitRows, TableSource, build_permutation, describe,
 from ._rowfile import RowFile, rows_of
 from ._session import Session
 from ._settings import Settings, settings_for
-from ._stats import Counters, Statistics, new_shared, zero_worker_gauges
+from ._stats import Counters, StatisticField, Statistics, new_shared, zero_worker_gauges
 from ._topology import check_workers, owned_splits, rank_block
 from ._validate import check_epoch
 
@@ -333,45 +333,20 @@ class StreamingDataset(IterableDataset[Any]):
             prefetch_queue_depth=stats.prefetch_queue_depth - handed,
         )
 
-    @property
-    def bytes_loaded(self) -> int:
-        """Arrow bytes read from storage, before transforms (cumulative)."""
-        return self.statistics().bytes_loaded
-
-    @property
-    def fetch_time(self) -> float:
-        """Seconds spent in storage reads (cumulative, summed over threads)."""
-        return self.statistics().fetch_time
-
-    @property
-    def transform_time(self) -> float:
-        """Seconds spent in successful transform calls (cumulative)."""
-        return self.statistics().transform_time
-
-    @property
-    def raw_queue_depth(self) -> int:
-        """Rows requested or fetched and waiting for their transform (0 when idle)."""
-        return self.statistics().raw_queue_depth
-
-    @property
-    def prefetch_queue_depth(self) -> int:
-        """Transformed rows waiting to be yielded (0 when idle)."""
-        return self.statistics().prefetch_queue_depth
-
-    @property
-    def unscanned_rows(self) -> int:
-        """Rows of the owned splits not yet requested from storage (0 when idle)."""
-        return self.statistics().unscanned_rows
-
-    @property
-    def rows_skipped(self) -> int:
-        """Rows dropped by ``on_transform_error`` (cumulative)."""
-        return self.statistics().rows_skipped
-
-    @property
-    def consumed_rows(self) -> int:
-        """Rows (packing: documents) yielded by the live iterations (0 when idle)."""
-        return self.statistics().consumed_rows
+    bytes_loaded = StatisticField[int]("Arrow bytes read from storage, before transforms (cumulative).")
+    fetch_time = StatisticField[float]("Seconds spent in storage reads (cumulative, summed over threads).")
+    transform_time = StatisticField[float]("Seconds spent in successful transform calls (cumulative).")
+    raw_queue_depth = StatisticField[int](
+        "Rows requested or fetched and waiting for their transform (0 when idle)."
+    )
+    prefetch_queue_depth = StatisticField[int]("Transformed rows waiting to be yielded (0 when idle).")
+    unscanned_rows = StatisticField[int](
+        "Rows of the owned splits not yet requested from storage (0 when idle)."
+    )
+    rows_skipped = StatisticField[int]("Rows dropped by ``on_transform_error`` (cumulative).")
+    consumed_rows = StatisticField[int](
+        "Rows (packing: documents) yielded by the live iterations (0 when idle)."
+    )
 
     # ------------------------------------------------------------ checkpoints
 

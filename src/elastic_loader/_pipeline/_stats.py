@@ -21,6 +21,8 @@ from typing import Any, Generic, NoReturn, Protocol, TypeVar, overload
 
 import numpy as np
 
+from .._exports import public
+
 MAX_WORKERS = 256
 _CUMULATIVE = ("bytes_loaded", "fetch_ns", "transform_ns", "rows_skipped", "rows_delivered")
 _GAUGES = ("consumed_rows", "raw_rows", "ready_rows", "unscanned_rows")
@@ -30,6 +32,7 @@ FLAG_UNTRACKED = 0  # header slot: a plain DataLoader with workers iterated the 
 _HEADER = 1
 
 
+@public
 @dataclass(frozen=True)
 class Statistics:
     """An immutable snapshot of a dataset's pipeline counters (summed over worker processes).

@@ -25,6 +25,7 @@ from typing import Any, Literal, cast
 import numpy as np
 from torch.utils.data import IterableDataset, get_worker_info
 
+from .._exports import public
 from . import _checkpoint as ckpt
 from . import _fetch, _packing
 from ._gate import CheckpointGate, check_loader_start
@@ -42,6 +43,7 @@ DEFAULT_READ_BATCH_SIZE = 64
 DEFAULT_IO_QUEUE_DEPTH = 4
 
 
+@public
 class StreamingDataset(IterableDataset[Any]):
     """An elastic, resumable ``IterableDataset`` over a LanceDB table.
 
@@ -532,6 +534,7 @@ class LoaderLink:
         zero_worker_gauges(self._dataset._counters.shared)
 
 
+@public
 def merge_state_dicts(states: list[dict[str, object]]) -> dict[str, object]:
     """Merge the ``state_dict()`` of every rank, taken at the same global step, into one.
 

@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
+from .._exports import public
 from .dataset import LoaderLink, StreamingDataset
 
 # Fork is unsafe once LanceDB's runtime threads exist in the parent (the child inherits
@@ -206,6 +207,7 @@ class _CommitIterator:
             self._finish()
 
 
+@public
 class StreamingDataLoader(DataLoader[Any]):
     """A ``torch.utils.data.DataLoader`` whose dataset checkpoints count only delivered batches.
 

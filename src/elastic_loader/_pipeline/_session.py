@@ -11,11 +11,16 @@ Rules:
   (``_demand``) and start positions; packing reads each unit in row-id order.
 * Progress is answered for any base state: the owned splits take the live
   cursor's values, every other split keeps the base's.
+* A dataset has one :class:`Lease`: at most one active iterator, either a
+  StreamingDataLoader (holding a token for its whole iteration, while worker
+  processes iterate their own copies) or a running session.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -120,7 +125,17 @@ class Session:
             counters=counters,
         )
 
-    def statistics(self) -> tuple[Statistics, int]:
+    def statistics(self) -> Statistics:
+        """The counters, with the items of the current chunk handed out so far counted as consumed."""
+        stats, handed = self._counted()
+        return replace(
+            stats,
+            consumed_rows=stats.consumed_rows + handed,
+            rows_delivered=stats.rows_delivered + handed,
+            prefetch_queue_depth=stats.prefetch_queue_depth - handed,
+        )
+
+    def _counted(self) -> tuple[Statistics, int]:
         """The counters, and the items of the current chunk handed out but not yet counted.
 
         Read together under the chunk's lock, so a chunk ending meanwhile is never half seen.
@@ -161,3 +176,46 @@ class Session:
         """Stop the pipeline (queued work is cancelled)."""
         if self.pipeline is not None:
             self.pipeline.close()
+
+
+class Lease:
+    """One active iterator per dataset: a StreamingDataLoader's token, or a running session."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.token: int | None = None
+        self._issued = 0
+        self.session: Session | None = None
+        """The running iteration of this process, if any."""
+
+    def acquire(self) -> int:
+        """A token for a StreamingDataLoader iteration; ``RuntimeError`` when an iterator is active."""
+        with self._lock:
+            if self.token is not None or self.session is not None:
+                raise RuntimeError(
+                    "StreamingDataset allows one active iterator per instance; finish or close the other "
+                    "iterator (or its StreamingDataLoader iterator) first"
+                )
+            self._issued += 1
+            self.token = self._issued
+            return self.token
+
+    def release(self, token: int) -> None:
+        """Give ``token`` back (a stale token changes nothing)."""
+        with self._lock:
+            if self.token == token:
+                self.token = None
+
+    def refuse_while_active(self, what: str) -> None:
+        """Raise ``RuntimeError`` naming ``what`` while an iterator is active."""
+        if self.token is not None or self.session is not None:
+            raise RuntimeError(f"{what} is not allowed while an iterator over this dataset is active")
+
+    def __getstate__(self) -> dict[str, Any]:
+        # a copy keeps the token (worker copies are made while the loader holds it), not the session
+        return {"token": self.token, "_issued": self._issued}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._lock = threading.Lock()
+        self.token, self._issued = state["token"], state["_issued"]
+        self.session = None

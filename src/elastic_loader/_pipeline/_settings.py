@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ._checkpoint import Identity
 from ._faults import OnError
 from ._lance import column_kind, count_rows
 from ._validate import check_parameters
@@ -61,6 +62,14 @@ class Settings:
     @property
     def packed(self) -> bool:
         return self.pack_sequences is not None
+
+    def identity(self, epoch: int, fingerprint: str | None, blocks_per_epoch: int | None) -> Identity:
+        """What a checkpoint of ``epoch`` must agree on with this dataset."""
+        packing = None
+        if self.pack_sequences is not None:
+            assert self.eos_id is not None and self.pad_id is not None and blocks_per_epoch is not None
+            packing = (self.pack_sequences, self.eos_id, self.pad_id, blocks_per_epoch)
+        return Identity(self.shuffle_seed, self.num_splits, epoch, fingerprint, packing)
 
     def transform_threads(self) -> int:
         """Threads of the transform stage in this process (``transform_parallelism``, else the CPUs)."""

@@ -1,37 +1,41 @@
-"""StreamingDataset: the public dataset, a thin driver over the pipeline pieces.
+"""StreamingDataset: the public dataset, a facade over the pipeline's parts.
 
 Rules:
-* Construction validates every parameter, builds the permutation once, and
-  holds per-split progress for all splits. Nothing else does I/O up front.
-* Iteration resolves the owned splits (rank block, then worker sub-block),
-  runs one pipeline over them, and keeps the progress of the owned splits
-  exact after every yielded item. Other splits keep the values they had.
-* One iterator at a time per instance (a lease); StreamingDataLoader holds
-  the lease for its whole iteration and commits worker checkpoints here.
-* Pickling sends a recipe to reopen the table, the row ids (a shared-memory
-  file during worker start-up, so each worker maps only what it reads), the
-  progress and the cumulative counters; never live threads or connections.
+* Construction validates every parameter (``_settings``), builds the epoch's
+  permutation once (``_epoch``), and holds per-split progress for all splits.
+  Nothing else does I/O up front.
+* Iteration resolves the owned splits (``_topology``: rank block, then worker
+  sub-block), runs one ``_session.Session`` over them, and keeps the progress
+  of the owned splits exact after every yielded item. Other splits keep the
+  values they had.
+* One iterator at a time per instance (``_session.Lease``); StreamingDataLoader
+  holds the lease for its whole iteration and commits worker checkpoints
+  here, through :class:`LoaderLink`, the one interface it uses.
+* ``state_dict()`` answers only while the checkpoint gate (``_gate``) is open.
+* Pickling sends a recipe to reopen the table, the row ids (``_rowfile``: a
+  shared-memory file during worker start-up, so each worker maps only what it
+  reads), the progress and the cumulative counters; never live threads or
+  connections.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
-import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import replace
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 import numpy as np
 from torch.utils.data import IterableDataset, get_worker_info
 
 from .._exports import public
 from . import _checkpoint as ckpt
-from . import _fetch, _packing
+from . import _fetch
+from ._epoch import build_epoch, start_progress
 from ._gate import CheckpointGate, check_loader_start
-from ._lance import Reader, SplitRows, TableSource, build_permutation, describe, reader_for
+from ._lance import Reader, SplitRows, TableSource, describe
 from ._rowfile import RowFile, rows_of
-from ._session import Session
+from ._session import Lease, Session
 from ._settings import Settings, settings_for
 from ._stats import Counters, StatisticField, Statistics, new_shared, zero_worker_gauges
 from ._topology import check_workers, owned_splits, rank_block
@@ -152,10 +156,7 @@ class StreamingDataset(IterableDataset[Any]):
         self._counters = Counters()
         self._counters.attach_shared(new_shared())
         self._gate = CheckpointGate(self._counters.shared)
-        self._lease_lock = threading.Lock()
-        self._lease: int | None = None
-        self._lease_counter = 0
-        self._session: Session | None = None
+        self._lease = Lease()
         self._timing_hook: _fetch.TimingHook | None = None
         self._rank_splits = rank_block(rank, self._settings.splits_per_rank)
         self._build_epoch()
@@ -163,43 +164,14 @@ class StreamingDataset(IterableDataset[Any]):
     # ------------------------------------------------------------ epochs
 
     def _build_epoch(self) -> None:
-        """Build the permutation of ``self._epoch``, resolve its block budget, reset progress to its start."""
-        settings = self._settings
-        self._perm: SplitRows = build_permutation(
-            self._table,
-            num_splits=settings.num_splits,
-            shuffle=settings.shuffle,
-            shuffle_seed=settings.shuffle_seed,
-            epoch=self._epoch,
-            clump_size=settings.shuffle_clump_size,
-            filter=settings.filter,
-            split_strategy=settings.split_strategy,
-            rows_hint=settings.rows_hint,
-        )
-        self._row_ids: np.ndarray = self._perm.rows
+        """Build epoch ``self._epoch`` and reset progress to its start."""
+        epoch = build_epoch(self._table, self._settings, self._epoch)
+        self._perm: SplitRows = epoch.perm
+        self._row_ids: np.ndarray = epoch.perm.rows
         self._row_file = RowFile()  # a file of an earlier epoch holds other row ids
-        self._reader_cache: Reader | None = reader_for(self._table, self._perm.base_version)
-        self._blocks_per_epoch: int | None = None
-        if settings.packed:
-            requested = settings.blocks_per_epoch
-            self._blocks_per_epoch = self._estimate_blocks() if requested == "auto" else cast(int, requested)
-        s = settings.num_splits
-        self._progress: ckpt.State = (
-            ckpt.PackedState([0] * s, [0] * s, {}) if settings.packed else ckpt.RowState([0] * s, [0] * s)
-        )
-
-    def _estimate_blocks(self) -> int:
-        warnings.warn(
-            "blocks_per_epoch='auto' estimates the token count from a ~1% sample; pass an int for an "
-            "exact epoch size",
-            UserWarning,
-            stacklevel=4,
-        )
-        settings = self._settings
-        assert settings.pack_sequences is not None and settings.columns is not None
-        return _packing.estimate_blocks(
-            self._reader, settings.columns[0], self._row_ids, settings.pack_sequences, settings.shuffle_seed
-        )
+        self._reader_cache: Reader | None = epoch.reader
+        self._blocks_per_epoch = epoch.blocks_per_epoch
+        self._progress: ckpt.State = start_progress(self._settings)
 
     def set_epoch(self, epoch: int) -> None:
         """Start epoch ``epoch``: rebuild the permutation and reset progress to its beginning.
@@ -210,7 +182,7 @@ class StreamingDataset(IterableDataset[Any]):
             RuntimeError: an iterator over this dataset is active.
         """
         check_epoch(self._settings.shuffle_seed, epoch)
-        self._refuse_while_iterating("set_epoch")
+        self._lease.refuse_while_active("set_epoch")
         self._epoch = epoch
         self._build_epoch()
         self._gate.after_load()
@@ -253,40 +225,18 @@ class StreamingDataset(IterableDataset[Any]):
             return self._blocks_per_epoch // self._settings.world_size
         return self._settings.splits_per_rank * self._perm.split_len
 
-    # ------------------------------------------------------------ leases
-
-    def _acquire(self) -> int:
-        with self._lease_lock:
-            if self._lease is not None or self._session is not None:
-                raise RuntimeError(
-                    "StreamingDataset allows one active iterator per instance; finish or close the other "
-                    "iterator (or its StreamingDataLoader iterator) first"
-                )
-            self._lease_counter += 1
-            self._lease = self._lease_counter
-            return self._lease
-
-    def _release(self, token: int) -> None:
-        with self._lease_lock:
-            if self._lease == token:
-                self._lease = None
-
-    def _refuse_while_iterating(self, what: str) -> None:
-        if self._lease is not None or self._session is not None:
-            raise RuntimeError(f"{what} is not allowed while an iterator over this dataset is active")
-
     # ------------------------------------------------------------ iteration
 
     def __iter__(self) -> Iterator[Any]:
         return self._iterate(transport=False)
 
     def _iterate(self, *, transport: bool) -> Iterator[Any]:
-        token = None if transport else self._acquire()
+        token = None if transport else self._lease.acquire()
         try:
             yield from self._run(transport)
         finally:
             if token is not None:
-                self._release(token)
+                self._lease.release(token)
 
     def _run(self, transport: bool) -> Iterator[Any]:
         override = self._settings.worker_info_override
@@ -295,23 +245,17 @@ class StreamingDataset(IterableDataset[Any]):
             self._counters.publish_as_worker(worker)
             if not transport:
                 self._gate.after_untracked_iteration()
-        session = Session(
-            self._settings,
-            owned,
-            [np.asarray(self._row_ids[s]) for s in owned],
-            self._progress,
-            blocks_per_epoch=self._blocks_per_epoch,
-            reader=self._reader,
-            counters=self._counters,
-            hook=self._timing_hook,
-        )
-        self._session = session
+        rows = [np.asarray(self._row_ids[s]) for s in owned]
+        blocks, reader, hook = self._blocks_per_epoch, self._reader, self._timing_hook
+        session = Session(self._settings, owned, rows, self._progress, blocks_per_epoch=blocks, reader=reader,
+                          counters=self._counters, hook=hook)
+        self._lease.session = session
         try:
             yield from session.items()
         finally:
             self._progress = session.progress(self._progress)
             session.close()
-            self._session = None
+            self._lease.session = None
             self._counters.idle()
 
     @property
@@ -324,16 +268,8 @@ class StreamingDataset(IterableDataset[Any]):
 
     def statistics(self) -> Statistics:
         """A snapshot of the pipeline counters, summed over this process and its workers."""
-        session = self._session
-        if session is None:
-            return self._counters.snapshot()
-        stats, handed = session.statistics()
-        return replace(
-            stats,
-            consumed_rows=stats.consumed_rows + handed,
-            rows_delivered=stats.rows_delivered + handed,
-            prefetch_queue_depth=stats.prefetch_queue_depth - handed,
-        )
+        session = self._lease.session
+        return self._counters.snapshot() if session is None else session.statistics()
 
     bytes_loaded = StatisticField[int]("Arrow bytes read from storage, before transforms (cumulative).")
     fetch_time = StatisticField[float]("Seconds spent in storage reads (cumulative, summed over threads).")
@@ -354,18 +290,10 @@ class StreamingDataset(IterableDataset[Any]):
 
     @property
     def _identity(self) -> ckpt.Identity:
-        settings = self._settings
-        packing = None
-        if settings.pack_sequences is not None:
-            assert settings.eos_id is not None and settings.pad_id is not None
-            assert self._blocks_per_epoch is not None
-            packing = (settings.pack_sequences, settings.eos_id, settings.pad_id, self._blocks_per_epoch)
-        return ckpt.Identity(
-            settings.shuffle_seed, settings.num_splits, self._epoch, self._perm.fingerprint, packing
-        )
+        return self._settings.identity(self._epoch, self._perm.fingerprint, self._blocks_per_epoch)
 
     def _current_progress(self) -> ckpt.State:
-        session = self._session
+        session = self._lease.session
         return self._progress if session is None else session.progress(self._progress)
 
     def _snapshot(self) -> dict[str, object]:
@@ -404,7 +332,7 @@ class StreamingDataset(IterableDataset[Any]):
                 packing settings), is malformed, or lies beyond the epoch.
             RuntimeError: an iterator over this dataset is active.
         """
-        self._refuse_while_iterating("load_state_dict")
+        self._lease.refuse_while_active("load_state_dict")
         self._progress = ckpt.parse_for(self._identity, state, self._perm.split_len)
         self._gate.after_load()
 
@@ -431,21 +359,16 @@ class StreamingDataset(IterableDataset[Any]):
         if self._table is None:
             assert self._table_source is not None
             return self._table_source
-        return describe(
-            self._table,
-            self._perm.base_version,
-            connection_factory=self._settings.connection_factory,
-            keep_credentials=self._settings.keep_credentials,
-        )
+        factory, keep = self._settings.connection_factory, self._settings.keep_credentials
+        version = self._perm.base_version
+        return describe(self._table, version, connection_factory=factory, keep_credentials=keep)
 
     def __getstate__(self) -> dict[str, Any]:
-        if self._session is not None and get_worker_info() is None:
+        if self._lease.session is not None and get_worker_info() is None:
             logger.debug("pickling a dataset while it iterates; the copy starts from the progress so far")
         state = dict(self.__dict__)
         state["_table"] = None if self._table is None else self._source
         state["_reader_cache"] = None
-        state["_lease_lock"] = None
-        state["_session"] = None
         state["_progress"] = self._current_progress()
         state["_perm"] = replace(self._perm, rows=_NO_ROWS)  # the rows travel once, as _row_ids
         state["_row_ids"] = self._row_file.payload(self._row_ids)
@@ -460,7 +383,6 @@ class StreamingDataset(IterableDataset[Any]):
         self._row_file = RowFile()
         self._table = None
         self._table_source = source
-        self._lease_lock = threading.Lock()
         self._reader_cache = source.open() if source is not None else None
         self._perm = SplitRows(self._row_ids, self._perm.fingerprint, self._perm.base_version)
 
@@ -502,11 +424,11 @@ class LoaderLink:
 
     def acquire(self) -> int:
         """Take the dataset's lease (one active iterator); ``RuntimeError`` when taken."""
-        return self._dataset._acquire()
+        return self._dataset._lease.acquire()
 
     def release(self, token: int) -> None:
         """Give the lease back."""
-        self._dataset._release(token)
+        self._dataset._lease.release(token)
 
     def check_start(self, num_workers: int) -> None:
         """Raise ``RuntimeError`` unless the dataset's progress is where a loader may start."""

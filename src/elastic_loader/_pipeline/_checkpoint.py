@@ -156,19 +156,25 @@ def _parse_packed(state: Mapping[str, object], num_splits: int) -> PackedState:
         split = _split_key(key, num_splits)
         if split in buffers:
             raise ValueError(f"{BUFFERS} has two entries for split {split}")
-        if not isinstance(value, Mapping) or "tokens" not in value or "starts" not in value:
-            raise ValueError(f"{BUFFERS}[{key!r}] must be a dict with 'tokens' and 'starts'")
-        tokens_raw, starts_raw = value["tokens"], value["starts"]
-        if not isinstance(tokens_raw, (list, tuple)) or not isinstance(starts_raw, (list, tuple)):
-            raise ValueError(f"{BUFFERS}[{key!r}] tokens and starts must be lists")
-        tokens = [_int(t, "pack buffer tokens") for t in tokens_raw]
-        starts = [_int(t, "pack buffer starts") for t in starts_raw]
-        ordered = all(a < b for a, b in itertools.pairwise(starts))
-        if not ordered or any(not 0 <= s < len(tokens) for s in starts):
-            raise ValueError(f"{BUFFERS}[{key!r}] starts must increase strictly and index its tokens")
+        tokens, starts = _parse_buffer(key, value)
         if tokens:
             buffers[split] = (tokens, starts)
     return PackedState(consumed, emitted, buffers)
+
+
+def _parse_buffer(key: object, value: object) -> tuple[list[int], list[int]]:
+    """The (tokens, starts) of the pack buffer entry ``key: value``."""
+    if not isinstance(value, Mapping) or "tokens" not in value or "starts" not in value:
+        raise ValueError(f"{BUFFERS}[{key!r}] must be a dict with 'tokens' and 'starts'")
+    tokens_raw, starts_raw = value["tokens"], value["starts"]
+    if not isinstance(tokens_raw, (list, tuple)) or not isinstance(starts_raw, (list, tuple)):
+        raise ValueError(f"{BUFFERS}[{key!r}] tokens and starts must be lists")
+    tokens = [_int(t, "pack buffer tokens") for t in tokens_raw]
+    starts = [_int(t, "pack buffer starts") for t in starts_raw]
+    ordered = all(a < b for a, b in itertools.pairwise(starts))
+    if not ordered or any(not 0 <= s < len(tokens) for s in starts):
+        raise ValueError(f"{BUFFERS}[{key!r}] starts must increase strictly and index its tokens")
+    return tokens, starts
 
 
 def _check_identity(state: Mapping[str, object], identity: Identity) -> None:
@@ -286,6 +292,25 @@ def _identity_of(state: Mapping[str, object]) -> Identity:
     )
 
 
+def _check_same_settings(parsed: Sequence[Mapping[str, object]]) -> None:
+    """Every state has the first one's mode and settings (ints, not bools or floats)."""
+    first = parsed[0]
+    keys = CONFIG + (PACKING if is_packed(first) else ())
+    for st in parsed:
+        if is_packed(st) != is_packed(first):
+            raise ValueError("cannot merge packed and row-mode state dicts")
+        _need_keys(st, keys)
+    for st in parsed:
+        for key in keys:
+            _int(st[key], key)  # True or 1.0 must not pass for 1
+    for st in parsed[1:]:
+        for key in keys:
+            if st[key] != first[key]:
+                raise ValueError(f"{key} mismatch across state dicts: {st[key]!r} != {first[key]!r}")
+        if st.get(FINGERPRINT) != first.get(FINGERPRINT):
+            raise ValueError("perm_fingerprint mismatch across state dicts")
+
+
 def merge_state_dicts(states: Sequence[object]) -> dict[str, object]:
     """Merge the checkpoints of every rank, taken at the same global step, into one.
 
@@ -304,20 +329,7 @@ def merge_state_dicts(states: Sequence[object]) -> dict[str, object]:
         raise ValueError("merge_state_dicts needs at least one state dict")
     parsed = [_as_dict(s) for s in states]
     first = parsed[0]
-    keys = CONFIG + (PACKING if is_packed(first) else ())
-    for st in parsed:
-        if is_packed(st) != is_packed(first):
-            raise ValueError("cannot merge packed and row-mode state dicts")
-        _need_keys(st, keys)
-    for st in parsed:
-        for key in keys:
-            _int(st[key], key)  # True or 1.0 must not pass for 1
-    for st in parsed[1:]:
-        for key in keys:
-            if st[key] != first[key]:
-                raise ValueError(f"{key} mismatch across state dicts: {st[key]!r} != {first[key]!r}")
-        if st.get(FINGERPRINT) != first.get(FINGERPRINT):
-            raise ValueError("perm_fingerprint mismatch across state dicts")
+    _check_same_settings(parsed)
     identity = _identity_of(first)
     if identity.packing is None:
         return snapshot(identity, _join_rows([_parse_row(st, identity.num_splits) for st in parsed]))

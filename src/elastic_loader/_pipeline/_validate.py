@@ -92,15 +92,7 @@ def check_parameters(
         TypeError: a parameter has the wrong type.
         ValueError: a parameter is out of range or inconsistent.
     """
-    for name, nullable, _ in _INTS:
-        value = p[name]
-        if (value is None and nullable) or _is_int(value):
-            continue
-        raise TypeError(f"{name} must be an int, got {value!r}")
-    for name, ok, what in _OTHERS:
-        if not ok(p[name]):
-            raise TypeError(f"{name} must be {what}, got {p[name]!r}")
-
+    _check_types(p)
     io_queue_depth = p["io_queue_depth"]
     if p["prefetch_batches"] is not None:
         warnings.warn(
@@ -113,6 +105,41 @@ def check_parameters(
         value = p[name]
         if minimum is not None and isinstance(value, int) and value < minimum:
             raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    num_splits = _check_topology(p)
+    assert isinstance(io_queue_depth, int)
+    _need(io_queue_depth > 0, f"io_queue_depth must be > 0, got {io_queue_depth}")
+    _check_packing(p, num_splits, column_kind)
+    mode = p["on_transform_error"]
+    _need(
+        mode in ("raise", "skip", "warn") or callable(mode),
+        f"on_transform_error must be 'raise', 'skip', 'warn' or a callable, got {mode!r}",
+    )
+    columns = p["columns"]
+    if columns is not None:
+        assert isinstance(columns, (list, tuple))
+        _check_columns(columns, column_kind)
+    rows = count_rows()
+    _need(
+        rows >= num_splits,
+        f"the table has {rows} rows (after filter), fewer than num_splits={num_splits}; "
+        "every split needs at least one row",
+    )
+    return Checked(num_splits, io_queue_depth, p["shuffle_seed"] is None)
+
+
+def _check_types(p: dict[str, object]) -> None:
+    for name, nullable, _ in _INTS:
+        value = p[name]
+        if (value is None and nullable) or _is_int(value):
+            continue
+        raise TypeError(f"{name} must be an int, got {value!r}")
+    for name, ok, what in _OTHERS:
+        if not ok(p[name]):
+            raise TypeError(f"{name} must be {what}, got {p[name]!r}")
+
+
+def _check_topology(p: dict[str, object]) -> int:
+    """Rank, world size, splits and seed; returns ``num_splits`` (``None`` means ``world_size``)."""
     world_size, rank = cast(int, p["world_size"]), cast(int, p["rank"])
     _need(rank < world_size, f"rank ({rank}) must be smaller than world_size ({world_size})")
     num_splits = world_size if p["num_splits"] is None else cast(int, p["num_splits"])
@@ -132,25 +159,7 @@ def check_parameters(
             cast(int, seed) + epoch * EPOCH_PRIME < SEED_LIMIT,
             f"shuffle_seed + epoch * {EPOCH_PRIME} must be < 2**64",
         )
-    assert isinstance(io_queue_depth, int)
-    _need(io_queue_depth > 0, f"io_queue_depth must be > 0, got {io_queue_depth}")
-    _check_packing(p, num_splits, column_kind)
-    mode = p["on_transform_error"]
-    _need(
-        mode in ("raise", "skip", "warn") or callable(mode),
-        f"on_transform_error must be 'raise', 'skip', 'warn' or a callable, got {mode!r}",
-    )
-    columns = p["columns"]
-    if columns is not None:
-        assert isinstance(columns, (list, tuple))
-        _check_columns(columns, column_kind)
-    rows = count_rows()
-    _need(
-        rows >= num_splits,
-        f"the table has {rows} rows (after filter), fewer than num_splits={num_splits}; "
-        "every split needs at least one row",
-    )
-    return Checked(num_splits, io_queue_depth, seed is None)
+    return num_splits
 
 
 def check_epoch(shuffle_seed: int, epoch: object) -> None:

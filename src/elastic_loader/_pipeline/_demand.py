@@ -24,6 +24,7 @@ Rules:
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from ._packing import SplitStream
 from ._rows import RowFeed
@@ -32,27 +33,25 @@ TARGET_UNIT_TOKENS = 1 << 20
 FIRST_DOC_GUESS = 128
 
 
+@dataclass(frozen=True)
 class RowDemand:
-    """Row-mode read-ahead over one iteration's feed."""
+    """Row-mode read-ahead over one iteration's feed of ``owned`` splits."""
 
-    def __init__(
-        self, feed: RowFeed, owned: int, io_queue_depth: int, read_batch_size: int, queue_depth: int | None
-    ) -> None:
-        self._feed = feed
-        self._owned = owned
-        self._depth = io_queue_depth
-        self._batch = read_batch_size
-        self._queue_depth = queue_depth
+    feed: RowFeed
+    owned: int
+    io_queue_depth: int
+    read_batch_size: int
+    transform_queue_depth: int | None
 
     def want(self, i: int, unit_rows: int, inflight: int) -> int:
         """Positions owned split ``i`` should request now."""
-        feed = self._feed
+        feed = self.feed
         if feed.error[i] is not None:
             return 0
-        quota = max(1, -(-unit_rows // self._owned))
-        target = quota * self._depth
-        if self._queue_depth is not None:
-            target = min(target, max(1, self._queue_depth * self._batch))
+        quota = max(1, -(-unit_rows // self.owned))
+        target = quota * self.io_queue_depth
+        if self.transform_queue_depth is not None:
+            target = min(target, max(1, self.transform_queue_depth * self.read_batch_size))
             quota = min(quota, target)
         return quota if feed.ready(i) + inflight < target else 0
 

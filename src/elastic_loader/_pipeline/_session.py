@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from dataclasses import replace
+from dataclasses import KW_ONLY, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -33,62 +33,54 @@ from ._settings import Settings
 from ._stats import Counters, Statistics
 
 
+@dataclass(eq=False)
 class Session:
     """One running iteration over ``owned`` (absolute split ids)."""
 
-    def __init__(
-        self,
-        settings: Settings,
-        owned: list[int],
-        split_rows: list[np.ndarray],
-        start: State,
-        *,
-        blocks_per_epoch: int | None,
-        reader: Reader,
-        counters: Counters,
-        hook: _fetch.TimingHook | None,
-    ) -> None:
-        self.owned = owned
-        self._settings = settings
-        self._split_rows = split_rows
-        self._start = start
-        self._blocks_per_epoch = blocks_per_epoch
-        self._reader = reader
-        self._counters = counters
-        self._hook = hook
-        self.row_cursor: _rows.RowCursor | None = None
-        self.pack_cursor: _packing.PackCursor | None = None
-        self.pipeline: _fetch.Pipeline | None = None
+    settings: Settings
+    owned: list[int]
+    split_rows: list[np.ndarray] = field(repr=False)
+    """Row ids of every owned split."""
+    start: State
+    """The dataset's progress when the iteration began."""
+    _: KW_ONLY
+    blocks_per_epoch: int | None
+    reader: Reader
+    counters: Counters
+    hook: _fetch.TimingHook | None
+    row_cursor: _rows.RowCursor | None = field(default=None, init=False)
+    pack_cursor: _packing.PackCursor | None = field(default=None, init=False)
+    pipeline: _fetch.Pipeline | None = field(default=None, init=False)
 
     def items(self) -> Iterator[Any]:
         """The items of the owned splits from the start state on, in canonical order."""
-        if isinstance(self._start, RowState):
-            return self._row_items(self._start)
-        return self._packed_items(self._start)
+        if isinstance(self.start, RowState):
+            return self._row_items(self.start)
+        return self._packed_items(self.start)
 
     def _pipeline(
         self, stage: _fetch.Stage, want: _fetch.Want, start: list[int], *, sorted_reads: bool
     ) -> _fetch.Pipeline:
         """The one pipeline assembly of both modes."""
-        settings = self._settings
+        settings = self.settings
         self.pipeline = _fetch.Pipeline(
-            reader=self._reader,
+            reader=self.reader,
             columns=settings.columns,
-            split_rows=self._split_rows,
+            split_rows=self.split_rows,
             start=start,
             stage=stage,
             want=want,
             io_queue_depth=settings.io_queue_depth,
             transform_threads=settings.transform_threads(),
-            counters=self._counters,
+            counters=self.counters,
             min_unit_rows=settings.read_batch_size,
             sorted_reads=sorted_reads,
-            hook=self._hook,
+            hook=self.hook,
         )
         return self.pipeline
 
     def _row_items(self, start: RowState) -> Iterator[Any]:
-        settings, owned, counters = self._settings, self.owned, self._counters
+        settings, owned, counters = self.settings, self.owned, self.counters
         positions = [start.positions[s] for s in owned]
         self.row_cursor = _rows.RowCursor([start.samples[s] for s in owned], positions)
         feed = _rows.RowFeed(len(owned))
@@ -101,10 +93,10 @@ class Session:
         yield from _rows.iterate(pipeline, feed, self.row_cursor, owned, counters)
 
     def _packed_items(self, start: PackedState) -> Iterator[Any]:
-        settings, owned, counters = self._settings, self.owned, self._counters
+        settings, owned, counters = self.settings, self.owned, self.counters
         length, eos, pad = settings.pack_sequences, settings.eos_id, settings.pad_id
         assert length is not None and eos is not None and pad is not None
-        assert self._blocks_per_epoch is not None
+        assert self.blocks_per_epoch is not None
         streams = []
         for s in owned:
             tokens, starts = start.buffers.get(s, ([], []))
@@ -121,7 +113,7 @@ class Session:
             self.pack_cursor,
             length=length,
             pad=pad,
-            budget=self._blocks_per_epoch // settings.num_splits,
+            budget=self.blocks_per_epoch // settings.num_splits,
             counters=counters,
         )
 
@@ -140,7 +132,7 @@ class Session:
 
         Read together under the chunk's lock, so a chunk ending meanwhile is never half seen.
         """
-        counters = self._counters
+        counters = self.counters
         if self.row_cursor is not None:
             with self.row_cursor.locked():
                 return counters.snapshot(), self.row_cursor.cursor

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Literal
 
 from ._checkpoint import Identity
@@ -92,30 +92,14 @@ def settings_for(table: Any, arguments: dict[str, Any], keep_credentials: bool) 
         return rows_seen[-1]
 
     checked = check_parameters(arguments, lambda name: column_kind(table, name), rows_after_filter)
-    seed = arguments["shuffle_seed"]
-    columns = arguments["columns"]
-    return Settings(
-        num_splits=checked.num_splits,
-        shuffle=arguments["shuffle"],
-        split_strategy=arguments["split_strategy"],
-        shuffle_seed=random.randrange(2**32) if checked.draw_seed else int(seed or 0),
-        rank=arguments["rank"],
-        world_size=arguments["world_size"],
-        read_batch_size=arguments["read_batch_size"],
-        io_queue_depth=checked.io_queue_depth,
-        columns=list(columns) if columns is not None else None,
-        shuffle_clump_size=arguments["shuffle_clump_size"],
-        filter=arguments["filter"],
-        transform=arguments["transform"],
-        transform_parallelism=arguments["transform_parallelism"],
-        pack_sequences=arguments["pack_sequences"],
-        eos_id=arguments["eos_id"],
-        pad_id=arguments["pad_id"],
-        blocks_per_epoch=arguments["blocks_per_epoch"],
-        on_transform_error=arguments["on_transform_error"],
-        transform_queue_depth=arguments["transform_queue_depth"],
-        connection_factory=arguments["connection_factory"],
-        worker_info_override=arguments["worker_info_override"],
-        keep_credentials=keep_credentials,
-        rows_hint=rows_seen[-1] if rows_seen else 0,
-    )
+    seed, columns = arguments["shuffle_seed"], arguments["columns"]
+    resolved: dict[str, Any] = {
+        "num_splits": checked.num_splits,
+        "shuffle_seed": random.randrange(2**32) if checked.draw_seed else int(seed or 0),
+        "io_queue_depth": checked.io_queue_depth,
+        "columns": list(columns) if columns is not None else None,
+        "keep_credentials": keep_credentials,
+        "rows_hint": rows_seen[-1] if rows_seen else 0,
+    }
+    given = {f.name: arguments[f.name] for f in fields(Settings) if f.name not in resolved}
+    return Settings(**given, **resolved)

@@ -3,7 +3,7 @@
 The machines (``elastic_loader.testing.machines``) drive an implementation and
 the executable spec side by side and report, per named invariant, whether the
 implementation kept it. The reference is known to break some invariants on
-purpose or by accident (``BEHAVIOR.md`` section 11, the B-ids; the D-ids are our
+purpose or by accident (the B-ids of ``spec/REFERENCE.md``; the D-ids are our
 recorded deviations). They are pinned once, in the conformance suite's
 :data:`~elastic_loader.testing.conformance.KNOWN_REFERENCE_RESULTS`; the in-process
 machines' run of the reference against that pin is ``tests/test_conformance.py``,

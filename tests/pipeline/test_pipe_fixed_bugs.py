@@ -1,7 +1,7 @@
-"""Regression tests of pipeline bugs the behavioural suite found (P4, P5, P8), now fixed.
+"""Regression tests of three pipeline bugs the behavioural suite found, now fixed.
 
-P4: prefetch_queue_depth left out the rows of the chunk being yielded. P5: packing counted every
-document of a chunk when its first block went out. P8: len() of a StreamingDataLoader raised.
+prefetch_queue_depth left out the rows of the chunk being yielded; packing counted every
+document of a chunk when its first block went out; len() of a StreamingDataLoader raised.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from lancedb.streaming import StreamingDataset as Reference
 
 from elastic_loader import StreamingDataset
 
-# ---- P4 (belongs in test_pipe_stats.py)
+# ---- prefetch_queue_depth counts the rows waiting to be yielded (belongs in test_pipe_stats.py)
 
 
 def test_prefetch_queue_depth_counts_rows_waiting_to_be_yielded(multi_table: Any) -> None:
@@ -27,7 +27,7 @@ def test_prefetch_queue_depth_counts_rows_waiting_to_be_yielded(multi_table: Any
         it.close()
 
 
-# ---- P5 (belongs in test_pipe_stats.py)
+# ---- packed consumed_rows counts the documents pulled so far (belongs in test_pipe_stats.py)
 
 
 def test_packed_consumed_rows_counts_pulled_documents(multi_table: Any) -> None:
@@ -51,7 +51,7 @@ def test_packed_consumed_rows_counts_pulled_documents(multi_table: Any) -> None:
     assert ours.statistics().rows_delivered == pulled
 
 
-# ---- P8 (belongs in test_pipe_loader.py)
+# ---- len() of a StreamingDataLoader (belongs in test_pipe_loader.py)
 
 
 def test_len_of_a_streaming_dataloader(multi_table: Any) -> None:

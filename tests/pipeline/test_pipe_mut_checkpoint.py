@@ -260,7 +260,7 @@ def outcome(call: Callable[[], Any]) -> tuple[str, Any]:
 
 
 def impossible_packing(state: object) -> bool:
-    """Packing settings no dataset can have (see pipeline_bugs.md, I1): the spec rejects them in a merge."""
+    """Packing settings no dataset can have: the spec rejects them in a merge (docs/MUTATION.md)."""
     if not isinstance(state, dict) or "pack_buffers" not in state:
         return False
     values = [state.get(k) for k in ("num_splits", "pack_sequences", "blocks_per_epoch")]

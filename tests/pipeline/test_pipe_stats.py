@@ -91,7 +91,7 @@ def test_bytes_loaded_counts_every_fetched_row_once(multi_table: Any) -> None:
         list(ds)  # exhausted: nothing more is read
         assert ds.bytes_loaded == 8 * 200
     # (The reference's value is not asserted: its shared counters are last-writer-wins and
-    # written before its pools drain (BEHAVIOR B5), so it varies from run to run.)
+    # written before its pools drain (B5 in spec/REFERENCE.md), so it varies from run to run.)
 
 
 def test_statistics_from_another_thread_while_iterating_b6(big_table: Any, multi_table: Any) -> None:

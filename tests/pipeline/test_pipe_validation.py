@@ -1,6 +1,6 @@
 """Constructor validation (D3, D4, D20, B3, B4, B22): every bad parameter fails at construction.
 
-Each case names the exception class BEHAVIOR/DEVIATIONS document; the spec's
+Each case names the exception class spec/REFERENCE.md or spec/DEVIATIONS.md documents; the spec's
 ``validate_params`` must agree on the class, and the real constructor must raise
 it without iterating.
 """

@@ -14,7 +14,7 @@ from typing import Literal
 from .errors import SpecTypeError, SpecValueError, require
 
 EPOCH_PRIME = 100003
-"""``shuffle_seed + epoch * EPOCH_PRIME`` seeds the backend shuffle (BEHAVIOR R2.1)."""
+"""``shuffle_seed + epoch * EPOCH_PRIME`` seeds the backend shuffle (R2.1 in spec/REFERENCE.md)."""
 DEFAULT_READ_BATCH_SIZE = 64
 DEFAULT_IO_QUEUE_DEPTH = 4
 SEED_LIMIT = 2**64

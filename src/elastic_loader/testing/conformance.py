@@ -194,6 +194,8 @@ a class attribute ``exercises``, which then takes precedence.
 
 _NOT_CHECKED_BY_DESIGN: Mapping[str, str] = {
     "SplitSizeInv": "a property of the storage backend's permutation, which implementation and spec share",
+    "ComputedBijectionInv": "a property of the opt-in computed permutation, which StreamingDataset "
+    "does not read yet; tests/pipeline/test_pipe_computed.py compares the pipeline's with the spec's",
 }
 
 

@@ -18,6 +18,7 @@ spec module            pipeline module
 ``loader``             ``loader`` (``StreamingDataLoader``); ``_gate.check_loader_start``
 ``params``             ``_validate`` (same checks, same order); ``_settings``
 ``errors``             the messages of each module (same exception classes)
+``computed``           ``_computed`` (the computed permutation; not yet read by the dataset)
 =====================  ==============================================================
 
 Pipeline-only parts, with no spec counterpart: ``_fetch`` (units, threads,

@@ -1,14 +1,16 @@
-# The computed permutation, vectorised (opt-in; spec/COMPUTED.md defines it).
-#
-# Rules: storage positions are numpy uint64 and every operation wraps modulo
-# 2**64, exactly as the definition says, so results are bit-identical to the
-# executable spec (a differential test compares them). Nothing here grows with
-# the table: an instance holds its four parameters and eight round keys, and
-# pickles as the four parameters. Cycle-walking re-applies the network only to
-# the elements still outside [0, N). Reading by storage position uses Lance's
-# ``take``, whose indices count the live rows of a pinned dataset version in
-# fragment order (tests/pipeline/test_pipe_computed.py checks this, deletions
-# included). This module never imports the spec.
+"""The computed permutation, vectorised (opt-in; spec/COMPUTED.md defines it).
+
+Rules: storage positions are numpy uint64 and every operation wraps modulo
+2**64, exactly as the definition says, so results are bit-identical to the
+executable spec (a differential test compares them). Nothing here grows with
+the table: an instance holds its four parameters and eight round keys, and
+pickles as the four parameters. Cycle-walking re-applies the network only to
+the elements still outside [0, N). Reading by storage position uses Lance's
+``take``, whose indices count the live rows of a pinned dataset version in
+fragment order (tests/pipeline/test_pipe_computed.py checks this, deletions
+included). This module never imports the spec.
+"""
+
 from __future__ import annotations
 
 from typing import Any
@@ -16,9 +18,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from ._lance import EPOCH_PRIME
+
 ALGORITHM = "feistel8-splitmix64-v1"
 ROUNDS = 8
-EPOCH_PRIME = 100003
 MAX_ROWS = 2**64
 _MASK64 = 2**64 - 1
 _GAMMA = 0x9E3779B97F4A7C15

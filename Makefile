@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: test lint typecheck unit demo proofs deep bench vectors soak mutation clean
+.PHONY: test lint typecheck unit demo proofs deep bench bench-install bench-peers bench-memory vectors soak mutation clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -56,9 +56,29 @@ clean:
 vectors: $(STAMP)
 	$(PY) -m elastic_loader.testing.vectors generate
 
-## bench: the side-by-side ratio table (elastic-loader vs lancedb.streaming vs raw take)
+## bench: the side-by-side ratio table (elastic-loader vs lancedb.streaming vs raw take);
+## writes benchmarks/results.local.json (git-ignored), or the committed benchmarks/results.json with SAVE=1
 bench: $(STAMP)
-	$(PY) benchmarks/compare.py --json benchmarks/results.json
+	$(PY) benchmarks/compare.py $(if $(SAVE),--save)
+
+## bench-install: the bench extra (peer loaders), with --no-deps: the peers' own requirements would
+## pull torchvision (its PyPI build needs CUDA torch), numpy<2.2 and cloud SDKs; the extra pins what
+## they really need at run time. Then check that torch is still the CPU build 2.13.0.
+bench-install: $(STAMP)
+	$(PY) -m pip install -q --no-deps $$($(PY) benchmarks/meta.py extra bench) 2>&1 | grep -v "^WARNING: Location" || true
+	$(PY) -c "import torch; v = torch.__version__; assert v == '2.13.0+cpu', v; print('torch', v)"
+
+## bench-peers: elastic-loader vs lance.torch, litdata, mosaicml-streaming, torchdata and raw reads
+## (throughput and shuffle quality); PEERS_ARGS passes options (e.g. "--rows 50000 --rounds 1", "--large");
+## writes benchmarks/peers.local.json, or the committed benchmarks/peers.json with SAVE=1
+bench-peers: bench-install
+	$(PY) benchmarks/peers.py $(if $(SAVE),--save) $(PEERS_ARGS)
+
+## bench-memory: peak RSS growth of the read-ahead with 1 MiB rows and a slow consumer, elastic-loader
+## and lancedb.streaming, in-process and with 2 workers; MEMORY_ARGS passes options (e.g.
+## "--opt memory_budget_bytes=268435456"); writes benchmarks/memory.local.json (memory.json with SAVE=1)
+bench-memory: $(STAMP)
+	$(PY) benchmarks/memory.py $(if $(SAVE),--save) $(MEMORY_ARGS)
 
 ## soak: the long kill/resume run of tests/distributed (JSON report in soak_report.json)
 soak: $(STAMP)

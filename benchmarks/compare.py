@@ -2,19 +2,21 @@
 
 Usage::
 
-    .venv/bin/python benchmarks/compare.py [--rounds 3] [--json benchmarks/results.json]
+    .venv/bin/python benchmarks/compare.py [--rounds 3] [--save | --json PATH]
 
 Each workload runs ``--rounds`` times, interleaved (raw, ours, reference, raw,
 ours, ...) so drift on a shared machine hits all of them alike; the table
 reports the median throughput and the ratios the issue sets targets for.
+
+Results go to the git-ignored ``benchmarks/results.local.json`` (``make bench``);
+only ``--save`` (``make bench SAVE=1``) overwrites the committed
+``benchmarks/results.json``. Either file records the date, versions and machine
+(``meta.environment()``).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import statistics
 import sys
 import time
@@ -23,6 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+import meta
 import workloads as w
 
 
@@ -47,18 +50,14 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--json", type=Path, default=None, help="also write the results here")
+    parser.add_argument("--json", type=Path, default=None, help="write the results here instead")
+    parser.add_argument(
+        "--save", action="store_true", help="write the committed results.json (else results.local.json)"
+    )
     parser.add_argument("--skip-loader", action="store_true", help="skip the 2-worker DataLoader comparison")
     args = parser.parse_args()
     w.quiet()
-    results: dict[str, object] = {
-        "machine": {
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-        },
-        "rounds": args.rounds,
-    }
+    results: dict[str, object] = {"environment": meta.environment(), "rounds": args.rounds}
     rows: list[tuple[str, str, float, float | None]] = []  # (workload, ratio name, value, target)
 
     table = w.rows_table()
@@ -143,8 +142,7 @@ def main() -> int:
     ours_s, ref_s = ttfr["elastic_loader"], ttfr["reference"]
     print(f"time to first row (1M rows): elastic_loader {ours_s:.3f} s, reference {ref_s:.3f} s")
     results["ratios"] = [{"workload": a, "ratio": b, "value": c, "target": d} for a, b, c, d in rows]
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2) + "\n")
+    meta.write(args.json or meta.results_path("results", args.save), results)
     return 1 if failed else 0
 
 

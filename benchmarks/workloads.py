@@ -123,29 +123,29 @@ def shuffled_row_ids(table: Any, seed: int = 0) -> np.ndarray:
 # ---------------------------------------------------------------- raw limits
 
 
-def raw_rows(table: Any) -> Callable[[], int]:
-    """LanceDB take of every row in random order, 1024 rows per call, then ``to_pylist``."""
+def raw_rows(table: Any, chunk: int = RAW_CHUNK) -> Callable[[], int]:
+    """LanceDB take of every row in random order, ``chunk`` (1024) rows per call, then ``to_pylist``."""
     ids = shuffled_row_ids(table)
     dataset = table.to_lance()
 
     def run() -> int:
         n = 0
-        for start in range(0, len(ids), RAW_CHUNK):
-            n += len(dataset._take_rows(pa.array(ids[start : start + RAW_CHUNK])).to_pylist())
+        for start in range(0, len(ids), chunk):
+            n += len(dataset._take_rows(pa.array(ids[start : start + chunk])).to_pylist())
         return n
 
     return run
 
 
-def raw_tokens(table: Any) -> Callable[[], int]:
-    """LanceDB take of every document in random order, 1024 per call, as Arrow; counts tokens + EOS."""
+def raw_tokens(table: Any, chunk: int = RAW_CHUNK) -> Callable[[], int]:
+    """LanceDB take of every document in random order, ``chunk`` (1024) per call, as Arrow; tokens + EOS."""
     ids = shuffled_row_ids(table)
     dataset = table.to_lance()
 
     def run() -> int:
         n = 0
-        for start in range(0, len(ids), RAW_CHUNK):
-            batch = dataset._take_rows(pa.array(ids[start : start + RAW_CHUNK]), columns=["tokens"])
+        for start in range(0, len(ids), chunk):
+            batch = dataset._take_rows(pa.array(ids[start : start + chunk]), columns=["tokens"])
             n += len(batch.column(0).combine_chunks().values) + batch.num_rows
         return n
 

@@ -142,6 +142,27 @@ MUTATIONS: tuple[Mutation, ...] = (
         'positions_raw = state.get("positions_consumed_per_split")',
         "positions_raw = None",
     ),
+    Mutation(
+        "walk-stops-early",
+        "computed.py",
+        "computed_index",
+        "while y >= perm.num_rows:",
+        "while y > perm.num_rows:",
+    ),
+    Mutation(
+        "decrypt-forward-order",
+        "computed.py",
+        "feistel_decrypt",
+        "for key in reversed(keys):",
+        "for key in keys:",
+    ),
+    Mutation(
+        "locate-keeps-dropped",
+        "computed.py",
+        "computed_locate",
+        "if i < perm.num_splits * m else None",
+        "if i <= perm.num_splits * m else None",
+    ),
 )
 
 

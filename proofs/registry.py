@@ -13,11 +13,13 @@ from dataclasses import dataclass
 from elastic_loader.spec.invariants import INVARIANT_NAMES
 
 from . import bounded_checkpoint as ck
+from . import bounded_computed as cp
 from . import bounded_packing as pk
 from . import bounded_rows as rw
 from . import bounded_topology as tp
 from .framework import BoundedCheck, Lemma
-from .smt import LEMMAS
+from .smt import LEMMAS as CORE_LEMMAS
+from .smt_computed import LEMMAS as COMPUTED_LEMMAS
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,8 @@ class InvariantChecks:
 _BOUNDED: tuple[BoundedCheck, ...] = (
     tp.PARTITION,
     tp.SPLIT_SIZE,
+    cp.COMPUTED_BIJECTION,
+    cp.SIZES,
     rw.PROGRESS_BOUNDS,
     rw.SKIP_ACCOUNTING,
     rw.HONEST_PROGRESS,
@@ -54,6 +58,9 @@ _BOUNDED: tuple[BoundedCheck, ...] = (
     pk.BUDGET,
     rw.RAISE_POSITION,
 )
+
+
+LEMMAS: tuple[Lemma, ...] = CORE_LEMMAS + COMPUTED_LEMMAS
 
 
 def _build() -> dict[str, InvariantChecks]:

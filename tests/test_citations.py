@@ -9,7 +9,7 @@ Rules, each a test below:
 (b) Each id is defined exactly once, in the file that owns its letter. A definition is a
     heading whose first word is the id, or a table row whose first cell is the id.
 (c) No scanned file names a path outside the repository (the old location of the reference's
-    description, or the name of that file); ``RESTRUCTURE_EXEMPT`` is the one exemption.
+    description, or the name of that file).
 (d) Every relative Markdown link (inline, or a reference-style ``[id]: target`` line) in
     README.md, spec/, docs/ and proofs/ points to a file inside the repository, and its
     ``#anchor``, if any, to a heading (GitHub's slug) or an ``<a id>`` of that Markdown file.
@@ -27,7 +27,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import re
-import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -57,11 +56,6 @@ OWNER = {
     "I": "spec/DEVIATIONS.md",
 }
 
-# Removed after the restructure lands. src/elastic_loader/_pipeline/ and src/elastic_loader/testing/
-# are being rewritten in parallel; testing/conformance.py still names the reference's old notes file
-# and is fixed after that merge. Only rule (c) is waived there: ids are checked everywhere.
-# test_restructure_exemption_is_still_needed fails once the exemption has nothing left to exempt.
-RESTRUCTURE_EXEMPT = ("src/elastic_loader/_pipeline/", "src/elastic_loader/testing/")
 
 CITATION = re.compile(r"(?<![\w.])([RBDNIP])(\d+(?:\.\d+)*)(?![\w(]|\.\d|\.[A-Za-z_])")
 # Character classes keep this file from matching its own patterns.
@@ -165,7 +159,7 @@ def check_definitions(root: Path) -> list[Finding]:
 
 
 def outside_path_findings(root: Path) -> list[Finding]:
-    """Rule (c), before the exemption: every line naming a path outside the repository."""
+    """Rule (c): every line naming a path outside the repository."""
     findings = []
     for path in files(root, SCANNED):
         for number, line in enumerate(path.read_text().splitlines(), 1):
@@ -173,10 +167,6 @@ def outside_path_findings(root: Path) -> list[Finding]:
                 problem = f"path outside the repository: {match[0]!r}"
                 findings.append(Finding(rel(root, path), number, problem))
     return findings
-
-
-def exempt(finding: Finding) -> bool:
-    return finding.path.startswith(RESTRUCTURE_EXEMPT)
 
 
 def slug(heading: str) -> str:
@@ -249,15 +239,8 @@ def test_every_id_is_defined_once() -> None:
 
 
 def test_no_path_outside_the_repository() -> None:
-    findings = [f for f in outside_path_findings(ROOT) if not exempt(f)]
+    findings = outside_path_findings(ROOT)
     assert not findings, report(findings)
-
-
-def test_restructure_exemption_is_still_needed() -> None:
-    """The waived findings are shown, not hidden; with none left the exemption must go."""
-    waived = [f for f in outside_path_findings(ROOT) if exempt(f)]
-    assert waived, "nothing left to exempt: delete RESTRUCTURE_EXEMPT"
-    warnings.warn(f"waived until the restructure lands:\n{report(waived)}", stacklevel=1)
 
 
 def test_relative_links_resolve() -> None:

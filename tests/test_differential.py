@@ -17,6 +17,7 @@ scale with the Hypothesis profile (``ci`` by default, ``deep`` for ``make deep``
 
 from __future__ import annotations
 
+import inspect
 import logging
 import pickle
 import warnings
@@ -106,6 +107,16 @@ def _check_pinned(results: Mapping[str, str | None], pinned: Mapping[str, str]) 
     lines = [f"new violation of {name}:\n{text}" for name, text in unexpected.items()]
     lines += [f"{name} no longer violated (pinned: {pinned[name]})" for name in vanished]
     assert not lines, "\n\n".join(lines)
+
+
+def test_a_bound_machine_keeps_its_source(tables: TableCache) -> None:
+    """Hypothesis seeds a derandomized run from the machine class's source (``function_digest``): a
+    bound machine must resolve to the same source, or its examples would depend on who binds it."""
+    implementation = implementation_from_module("elastic_loader")
+    for machine in MACHINE_KEYS:
+        bound = machine.bind(implementation, tables, enforced=frozenset(), observed={})
+        assert bound.__name__ == machine.__name__
+        assert inspect.getsource(bound) == inspect.getsource(machine)
 
 
 def test_a_violation_shrinks_to_a_replayable_program(tables: TableCache) -> None:

@@ -4,6 +4,9 @@
 * The pipeline (every module outside ``spec/``, ``testing/`` and ``examples/``)
   never imports the spec, so the differential tests compare two independent
   implementations.
+* Inside the pipeline, modules import downwards only (no cycles, nothing but
+  ``loader`` imports ``dataset``), and no module imports or reads another
+  pipeline module's private names.
 """
 
 from __future__ import annotations
@@ -89,3 +92,53 @@ def test_layering_check_detects_an_offender(tmp_path: Path) -> None:
         assert "elastic_loader.spec" in names
     finally:
         fake.unlink()
+
+
+PIPELINE = PACKAGE / "_pipeline"
+
+
+def _pipeline_imports(path: Path) -> tuple[set[str], list[str]]:
+    """The pipeline modules ``path`` imports, and its uses of their private names."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    modules: set[str] = set()
+    aliases: dict[str, str] = {}
+    private: list[str] = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.ImportFrom) and node.level == 1):
+            continue
+        for alias in node.names:
+            module = node.module or alias.name
+            modules.add(module)
+            if node.module is None:
+                aliases[alias.asname or alias.name] = alias.name
+            elif alias.name.startswith("_"):
+                private.append(f"{path.name}:{node.lineno} imports {module}.{alias.name}")
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)):
+            continue
+        if node.value.id in aliases and node.attr.startswith("_"):
+            private.append(f"{path.name}:{node.lineno} uses {aliases[node.value.id]}.{node.attr}")
+    return modules, private
+
+
+def test_pipeline_modules_use_no_private_name_of_another_and_import_downwards() -> None:
+    graph: dict[str, set[str]] = {}
+    offenders: list[str] = []
+    for path in sorted(PIPELINE.glob("*.py")):
+        modules, private = _pipeline_imports(path)
+        graph[path.stem] = modules
+        offenders += private
+    assert not offenders, "\n".join(offenders)
+    done: set[str] = set()
+
+    def visit(module: str, stack: tuple[str, ...]) -> None:
+        assert module not in stack, f"import cycle: {' -> '.join((*stack, module))}"
+        if module in done:
+            return
+        for imported in graph.get(module, set()):
+            visit(imported, (*stack, module))
+        done.add(module)
+
+    for module in graph:
+        visit(module, ())
+    assert "dataset" not in {m for name, ms in graph.items() if name != "loader" for m in ms}

@@ -27,7 +27,7 @@ import pytest
 
 import elastic_loader.spec as spec
 from elastic_loader.testing import vectors
-from elastic_loader.testing.vector_cases import (
+from elastic_loader.testing.vectors import (
     FAMILIES,
     CaseDef,
     VectorFormatError,

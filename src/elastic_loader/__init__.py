@@ -14,49 +14,30 @@ first use, so importing the spec alone does not import torch or LanceDB.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from ._pipeline._stats import Statistics
-    from ._pipeline.dataset import (
-        DEFAULT_IO_QUEUE_DEPTH,
-        DEFAULT_READ_BATCH_SIZE,
-        StreamingDataset,
-        merge_state_dicts,
-    )
-    from ._pipeline.loader import StreamingDataLoader
+from ._exports import lazy_exports
+
+if TYPE_CHECKING:  # the same names as _EXPORTS (tests/test_exports.py checks it)
+    from ._pipeline._stats import Statistics as Statistics
+    from ._pipeline.dataset import DEFAULT_IO_QUEUE_DEPTH as DEFAULT_IO_QUEUE_DEPTH
+    from ._pipeline.dataset import DEFAULT_READ_BATCH_SIZE as DEFAULT_READ_BATCH_SIZE
+    from ._pipeline.dataset import StreamingDataset as StreamingDataset
+    from ._pipeline.dataset import merge_state_dicts as merge_state_dicts
+    from ._pipeline.loader import StreamingDataLoader as StreamingDataLoader
 
 __version__ = "0.1.0"
 
 _EXPORTS = {
     "StreamingDataset": "._pipeline.dataset",
+    "StreamingDataLoader": "._pipeline.loader",
     "merge_state_dicts": "._pipeline.dataset",
+    "Statistics": "._pipeline._stats",
     "DEFAULT_READ_BATCH_SIZE": "._pipeline.dataset",
     "DEFAULT_IO_QUEUE_DEPTH": "._pipeline.dataset",
-    "StreamingDataLoader": "._pipeline.loader",
-    "Statistics": "._pipeline._stats",
 }
+"""Every public name, and the module that defines it (loaded on first use)."""
 
-__all__ = [
-    "StreamingDataset",
-    "StreamingDataLoader",
-    "merge_state_dicts",
-    "Statistics",
-    "DEFAULT_READ_BATCH_SIZE",
-    "DEFAULT_IO_QUEUE_DEPTH",
-    "__version__",
-]
+__all__ = [*_EXPORTS, "__version__"]
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'elastic_loader' has no attribute {name!r}")
-    value = getattr(import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, __all__)

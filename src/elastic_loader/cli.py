@@ -85,52 +85,19 @@ def _parser() -> argparse.ArgumentParser:
         "Implementation object or a zero-argument callable returning one",
     )
     conf.add_argument("--json", metavar="PATH", help="also write the report as JSON ('-': standard output)")
-    conf.add_argument(
-        "--machines",
-        type=_machines,
-        default=MACHINE_NAMES,
-        metavar="LIST",
-        help=f"machines to run, comma-separated (default: {','.join(defaults.MACHINES)})",
-    )
-    conf.add_argument(
-        "--examples",
-        type=_positive,
-        default=defaults.EXAMPLES,
-        metavar="N",
-        help=f"examples per in-process machine ({defaults.EXAMPLES})",
-    )
-    conf.add_argument(
-        "--steps",
-        type=_positive,
-        default=defaults.STEPS,
-        metavar="N",
-        help=f"steps per example ({defaults.STEPS})",
-    )
-    conf.add_argument(
-        "--process-examples",
-        type=_positive,
-        default=defaults.PROCESS_EXAMPLES,
-        metavar="N",
-        help="examples of the process machine, which starts worker processes in every step "
-        f"({defaults.PROCESS_EXAMPLES})",
-    )
-    conf.add_argument(
-        "--process-steps",
-        type=_positive,
-        default=defaults.PROCESS_STEPS,
-        metavar="N",
-        help=f"steps per process example ({defaults.PROCESS_STEPS})",
-    )
-    conf.add_argument("--seed", type=int, metavar="N", help="Hypothesis seed (default: derandomized)")
-    conf.add_argument("--no-shrink", action="store_true", help="report violations without shrinking them")
-    conf.add_argument(
-        "--shrink-seconds",
-        type=_positive,
-        default=defaults.SHRINK_SECONDS,
-        metavar="S",
-        help=f"stop shrinking one violation after S seconds ({defaults.SHRINK_SECONDS})",
-    )
-    conf.add_argument("--no-vectors", action="store_true", help="skip the JSON vectors")
+    for option in defaults.OPTIONS:
+        flag = f"--{option.name}"
+        if option.kind == "flag":
+            conf.add_argument(flag, action="store_true", help=option.help)
+        elif option.kind == "machines":
+            conf.add_argument(
+                flag, type=_machines, default=MACHINE_NAMES, metavar=option.metavar, help=option.help
+            )
+        else:
+            convert = _positive if option.kind == "count" else int
+            conf.add_argument(
+                flag, type=convert, default=option.default, metavar=option.metavar, help=option.help
+            )
     conf.add_argument(
         "--vectors-dir", metavar="DIR", help="where the JSON vectors are (default: spec/vectors)"
     )

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ._pipeline.dataset import StreamingDataset, merge_state_dicts
+from . import StreamingDataset, merge_state_dicts
 
 __all__ = ["merged_state_dict", "save_checkpoint", "load_checkpoint"]
 

@@ -92,7 +92,7 @@ def test_a_sorted_read_maps_every_position_back_to_its_row() -> None:
         split_rows=splits,
         start=[0, 0],
         stage=stage,
-        want=lambda i: 3,
+        want=lambda i, unit_rows, inflight: 3,
         io_queue_depth=1,
         transform_threads=1,
         counters=_packing.Counters(),

@@ -118,15 +118,15 @@ def snapshot_of(case: Case, state: RowState | PackedState) -> dict[str, Any]:
     return spec.snapshot_packed(case.config, state)
 
 
-def as_pipeline(state: RowState | PackedState) -> pipe.Progress:
+def as_pipeline(state: RowState | PackedState) -> pipe.State:
     if isinstance(state, RowState):
-        return pipe.RowProgress(list(state.samples), list(state.positions))
+        return pipe.RowState(list(state.samples), list(state.positions))
     buffers = {s: (list(b.tokens), list(b.starts)) for s, b in state.buffers.items()}
-    return pipe.PackedProgress(list(state.consumed), list(state.emitted), buffers)
+    return pipe.PackedState(list(state.consumed), list(state.emitted), buffers)
 
 
-def as_spec(progress: pipe.Progress) -> RowState | PackedState:
-    if isinstance(progress, pipe.RowProgress):
+def as_spec(progress: pipe.State) -> RowState | PackedState:
+    if isinstance(progress, pipe.RowState):
         return RowState(tuple(progress.samples), tuple(progress.positions))
     buffers = {s: PackBuffer(tuple(t), tuple(b)) for s, (t, b) in progress.buffers.items()}
     return PackedState(tuple(progress.consumed), tuple(progress.emitted), buffers)
@@ -295,7 +295,7 @@ def test_snapshot_leaves_out_empty_buffers(data: st.DataObject) -> None:
     case = data.draw(cases().filter(lambda c: c.packed))
     state = data.draw(packed_states(case))
     progress = as_pipeline(state)
-    assert isinstance(progress, pipe.PackedProgress)
+    assert isinstance(progress, pipe.PackedState)
     progress.buffers[case.config.num_splits] = ([], [])
     assert pipe.snapshot(case.identity, progress) == snapshot_of(case, state)
 
@@ -814,7 +814,7 @@ def test_a_checkpoint_that_is_not_a_dict_is_a_type_error(state: object) -> None:
     error = assert_load_agrees(ROW, state, match=f"got {type(state).__name__}")
     assert error is not None and builtin(error) is TypeError
     with pytest.raises(TypeError, match=f"got {type(state).__name__}"):
-        pipe.commit(identity(ROW), pipe.RowProgress([0, 0], [0, 0]), state)
+        pipe.commit(identity(ROW), pipe.RowState([0, 0], [0, 0]), state)
     with pytest.raises(TypeError, match=f"got {type(state).__name__}"):
         merge_state_dicts([row_checkpoint(), state])  # type: ignore[list-item]  # malformed on purpose
 
@@ -838,7 +838,7 @@ def test_snapshot_writes_the_spec_keys_in_order(config: RunConfig) -> None:
         )
         want = spec.snapshot_packed(config, packed)
         progress = as_pipeline(packed)
-        assert isinstance(progress, pipe.PackedProgress)
+        assert isinstance(progress, pipe.PackedState)
         progress.buffers = {2: progress.buffers[2], 1: ([], []), 0: progress.buffers[0]}
     got = pipe.snapshot(identity(config), progress)
     assert list(got.items()) == list(want.items())

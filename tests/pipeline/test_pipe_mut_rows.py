@@ -22,7 +22,7 @@ import torch
 
 from elastic_loader import StreamingDataset
 from elastic_loader._pipeline import _fetch, _rows
-from elastic_loader._pipeline._rows import RowProgress
+from elastic_loader._pipeline._rows import RowCursor
 from elastic_loader._pipeline._stats import Counters
 from elastic_loader.spec import Faults, RowState, iterate_rows
 from elastic_loader.spec.rows import Raised
@@ -236,7 +236,7 @@ def test_a_long_split_is_read_in_order(big_table: Any, perm_of: Any) -> None:
 def test_a_chunk_reports_exact_progress_from_its_cut_to_its_end() -> None:
     """Before the first row of a chunk nothing moved; at its end, the counters take over exactly
     the rows handed out, and between two chunks counters plus cursor count them once."""
-    progress = RowProgress([3, 5], [4, 9])
+    progress = RowCursor([3, 5], [4, 9])
     progress.begin([[10, 11], [20, 22]])  # two cycles: split 0 at 10, 11; split 1 at 20, 22
     assert progress.current() == ([3, 5], [4, 9])
     progress.cursor = 3  # both rows of cycle 0, then split 0's row of cycle 1

@@ -20,7 +20,7 @@ import torch
 
 from elastic_loader import StreamingDataset
 from elastic_loader._pipeline import _fetch, _packing, _rows
-from elastic_loader._pipeline._packing import PackProgress, SplitStream, emit_cycles
+from elastic_loader._pipeline._packing import PackCursor, SplitStream, emit_cycles
 from elastic_loader._pipeline._stats import Counters
 from elastic_loader.spec import Faults, PackingConfig, RowState, iterate_packed, iterate_rows
 from elastic_loader.spec.packing import PackedState
@@ -113,7 +113,7 @@ def test_a_packed_chunk_reports_the_old_progress_until_its_first_block() -> None
         values = np.arange(10 * i, 10 * i + int(lengths.sum()), dtype=np.int64)
         starts = np.cumsum(lengths) - lengths
         stream.append(values, starts, lengths, np.array([5, 6, 8], dtype=np.int64), EOS)
-    progress = PackProgress(streams)
+    progress = PackCursor(streams)
     before = progress.current()
     assert before == [(3, 2, [7, 8], [0]), (1, 2, [], [])]
     records = [emit_cycles(stream, 2, 3, PAD)[2] for stream in streams]

@@ -53,6 +53,14 @@ from elastic_loader.spec import (
     snapshot_row,
     validate_params,
 )
+from elastic_loader.spec.computed import (
+    ComputedPermutation,
+    computed_index,
+    computed_inverse,
+    computed_locate,
+    computed_positions,
+    round_keys,
+)
 from elastic_loader.spec.errors import SpecError, SpecRuntimeError, SpecTypeError, SpecValueError
 from elastic_loader.spec.protocols import Protocol, Shape, next_starts, run_session
 from elastic_loader.spec.saved import (
@@ -99,6 +107,7 @@ FC = RunConfig(num_splits=2, shuffle_seed=0, epoch=0, perm_fingerprint="ab")
 R = snapshot_row(C, RowState((1, 1), (1, 1)))
 P = snapshot_packed(PC, PackedState((1, 1), (1, 1), {0: PackBuffer((5, 9), (0,))}))
 PERM = cut_splits(range(4), 2)
+COMPUTED = ComputedPermutation(10, 3, 0, 0)
 CORPUS = {r: (r,) for r in range(4)}
 BUFFER = {"tokens": [5], "starts": [0]}
 
@@ -198,6 +207,22 @@ TRIGGERS: list[tuple[str, str, Callable[[], object]]] = [
     ),
     ("fewer_rows_than_splits", "cut_splits", lambda: cut_splits([1, 2], 3)),
     ("fewer_rows_than_splits", "params", lambda: validate_params(Params(num_splits=101), TABLE)),
+    ("fewer_rows_than_splits", "ComputedPermutation", lambda: ComputedPermutation(2, 3, 0, 0)),
+    ("num_splits_not_positive", "ComputedPermutation", lambda: ComputedPermutation(2, 0, 0, 0)),
+    ("computed_rows_out_of_range", "no rows", lambda: ComputedPermutation(0, 1, 0, 0)),
+    ("computed_rows_out_of_range", "2**64 + 1 rows", lambda: ComputedPermutation(2**64 + 1, 1, 0, 0)),
+    ("computed_index_out_of_range", "computed_index", lambda: computed_index(COMPUTED, 10)),
+    ("computed_index_out_of_range", "computed_inverse", lambda: computed_inverse(COMPUTED, -1)),
+    ("computed_index_out_of_range", "computed_locate", lambda: computed_locate(COMPUTED, 10)),
+    ("computed_split_out_of_range", "split 3", lambda: computed_positions(COMPUTED, 3, 0, 1)),
+    ("computed_split_out_of_range", "split -1", lambda: computed_positions(COMPUTED, -1, 0, 1)),
+    ("computed_range_out_of_range", "past the end", lambda: computed_positions(COMPUTED, 0, 2, 2)),
+    ("computed_range_out_of_range", "negative first", lambda: computed_positions(COMPUTED, 0, -1, 1)),
+    ("computed_range_out_of_range", "negative count", lambda: computed_positions(COMPUTED, 0, 0, -1)),
+    ("shuffle_seed_out_of_range", "round_keys negative", lambda: round_keys(-1, 0)),
+    ("shuffle_seed_out_of_range", "round_keys seed + epoch * prime", lambda: round_keys(2**64 - 1, 1)),
+    ("epoch_out_of_range", "round_keys", lambda: round_keys(0, -1)),
+    ("epoch_out_of_range", "ComputedPermutation", lambda: ComputedPermutation(10, 1, 0, -1)),
     ("permutation_columns_unequal", "group_permutation", lambda: group_permutation([1, 2], [0], 1)),
     ("strategy_split_ids", "id out of range", lambda: group_permutation([1, 2], [0, 2], 2)),
     ("strategy_split_ids", "id missing", lambda: group_permutation([1, 2], [0, 0], 2)),

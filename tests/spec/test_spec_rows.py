@@ -31,7 +31,7 @@ from elastic_loader.spec.invariants import (
 )
 from elastic_loader.testing.strategies import (
     RowCase,
-    RowProgress,
+    RowHistory,
     fault_sets,
     permutations,
     row_cases,
@@ -42,7 +42,7 @@ ALL4 = (0, 1, 2, 3)
 
 
 @st.composite
-def progress_cases(draw: st.DrawFn) -> tuple[Permutation, Faults, RowProgress]:
+def progress_cases(draw: st.DrawFn) -> tuple[Permutation, Faults, RowHistory]:
     perm = draw(permutations())
     faults = draw(fault_sets(perm))
     return perm, faults, draw(row_progress(perm, faults))
@@ -59,7 +59,7 @@ def test_ProgressBoundsInv(case: RowCase) -> None:
 
 @given(progress_cases())
 def test_ProgressBoundsInv_after_sessions(
-    case: tuple[Permutation, Faults, RowProgress],
+    case: tuple[Permutation, Faults, RowHistory],
 ) -> None:
     perm, _, progress = case
     ProgressBoundsInv(progress.state, len(perm[0]))

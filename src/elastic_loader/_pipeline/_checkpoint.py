@@ -1,11 +1,13 @@
-# Checkpoint dicts: writing, validating, merging and committing them.
-#
-# Rules: the keys and their order are lancedb.streaming's, so checkpoints are
-# interchangeable. Every reader of a checkpoint (load, merge, commit) goes
-# through ``parse`` and rejects the same malformed inputs with ValueError
-# (TypeError when the checkpoint is not a dict). Row progress merges by
-# element-wise maximum; packed progress per split by the larger
-# (blocks emitted, position consumed), ties to the earlier state.
+"""Checkpoint dicts: writing, validating, merging and committing them.
+
+Rules: the keys and their order are lancedb.streaming's, so checkpoints are
+interchangeable. Every reader of a checkpoint (load, merge, commit) goes
+through ``parse`` and rejects the same malformed inputs with ValueError
+(TypeError when the checkpoint is not a dict). Row progress merges by
+element-wise maximum; packed progress per split by the larger
+(blocks emitted, position consumed), ties to the earlier state.
+"""
+
 from __future__ import annotations
 
 import itertools
@@ -22,20 +24,26 @@ PACKING = ("pack_sequences", "eos_id", "pad_id", "blocks_per_epoch")
 
 
 @dataclass
-class RowProgress:
+class RowState:
+    """Row-mode progress of every split: rows yielded and positions consumed (the spec's ``RowState``)."""
+
     samples: list[int]
     positions: list[int]
 
 
 @dataclass
-class PackedProgress:
+class PackedState:
+    """Packed progress of every split: positions consumed, blocks emitted, partial buffers (the spec's
+    ``PackedState``)."""
+
     consumed: list[int]
     emitted: list[int]
     buffers: dict[int, tuple[list[int], list[int]]] = field(default_factory=dict)
     """Split -> (tokens, document starts); only non-empty buffers."""
 
 
-Progress = RowProgress | PackedProgress
+State = RowState | PackedState
+"""The progress a checkpoint records, in either mode."""
 
 
 @dataclass(frozen=True)
@@ -58,10 +66,10 @@ class Identity:
         return out
 
 
-def snapshot(identity: Identity, progress: Progress) -> dict[str, object]:
+def snapshot(identity: Identity, progress: State) -> dict[str, object]:
     """The checkpoint dict (keys in lancedb.streaming's order)."""
     out = identity.head()
-    if isinstance(progress, RowProgress):
+    if isinstance(progress, RowState):
         out[SAMPLES] = list(progress.samples)
         out[POSITIONS] = list(progress.positions)
     else:
@@ -111,7 +119,7 @@ def is_packed(state: Mapping[str, object]) -> bool:
     return BUFFERS in state
 
 
-def _parse_row(state: Mapping[str, object], num_splits: int) -> RowProgress:
+def _parse_row(state: Mapping[str, object], num_splits: int) -> RowState:
     _need_keys(state, (SAMPLES,))
     raw = state[SAMPLES]
     if isinstance(raw, int) and not isinstance(raw, bool):
@@ -125,7 +133,7 @@ def _parse_row(state: Mapping[str, object], num_splits: int) -> RowProgress:
     bad = [s for s in range(num_splits) if positions[s] < samples[s]]
     if bad:
         raise ValueError(f"split {bad[0]} has fewer positions than samples consumed")
-    return RowProgress(samples, positions)
+    return RowState(samples, positions)
 
 
 def _split_key(key: object, num_splits: int) -> int:
@@ -136,7 +144,7 @@ def _split_key(key: object, num_splits: int) -> int:
     return key
 
 
-def _parse_packed(state: Mapping[str, object], num_splits: int) -> PackedProgress:
+def _parse_packed(state: Mapping[str, object], num_splits: int) -> PackedState:
     _need_keys(state, (SAMPLES, EMITTED, BUFFERS))
     consumed = _int_list(state[SAMPLES], num_splits, SAMPLES)
     emitted = _int_list(state[EMITTED], num_splits, EMITTED)
@@ -148,19 +156,25 @@ def _parse_packed(state: Mapping[str, object], num_splits: int) -> PackedProgres
         split = _split_key(key, num_splits)
         if split in buffers:
             raise ValueError(f"{BUFFERS} has two entries for split {split}")
-        if not isinstance(value, Mapping) or "tokens" not in value or "starts" not in value:
-            raise ValueError(f"{BUFFERS}[{key!r}] must be a dict with 'tokens' and 'starts'")
-        tokens_raw, starts_raw = value["tokens"], value["starts"]
-        if not isinstance(tokens_raw, (list, tuple)) or not isinstance(starts_raw, (list, tuple)):
-            raise ValueError(f"{BUFFERS}[{key!r}] tokens and starts must be lists")
-        tokens = [_int(t, "pack buffer tokens") for t in tokens_raw]
-        starts = [_int(t, "pack buffer starts") for t in starts_raw]
-        ordered = all(a < b for a, b in itertools.pairwise(starts))
-        if not ordered or any(not 0 <= s < len(tokens) for s in starts):
-            raise ValueError(f"{BUFFERS}[{key!r}] starts must increase strictly and index its tokens")
+        tokens, starts = _parse_buffer(key, value)
         if tokens:
             buffers[split] = (tokens, starts)
-    return PackedProgress(consumed, emitted, buffers)
+    return PackedState(consumed, emitted, buffers)
+
+
+def _parse_buffer(key: object, value: object) -> tuple[list[int], list[int]]:
+    """The (tokens, starts) of the pack buffer entry ``key: value``."""
+    if not isinstance(value, Mapping) or "tokens" not in value or "starts" not in value:
+        raise ValueError(f"{BUFFERS}[{key!r}] must be a dict with 'tokens' and 'starts'")
+    tokens_raw, starts_raw = value["tokens"], value["starts"]
+    if not isinstance(tokens_raw, (list, tuple)) or not isinstance(starts_raw, (list, tuple)):
+        raise ValueError(f"{BUFFERS}[{key!r}] tokens and starts must be lists")
+    tokens = [_int(t, "pack buffer tokens") for t in tokens_raw]
+    starts = [_int(t, "pack buffer starts") for t in starts_raw]
+    ordered = all(a < b for a, b in itertools.pairwise(starts))
+    if not ordered or any(not 0 <= s < len(tokens) for s in starts):
+        raise ValueError(f"{BUFFERS}[{key!r}] starts must increase strictly and index its tokens")
+    return tokens, starts
 
 
 def _check_identity(state: Mapping[str, object], identity: Identity) -> None:
@@ -192,7 +206,7 @@ def _check_identity(state: Mapping[str, object], identity: Identity) -> None:
                 raise ValueError(f"{key} mismatch: checkpoint has {state[key]!r}, this dataset has {ours!r}")
 
 
-def parse_for(identity: Identity, state: object, split_len: int) -> Progress:
+def parse_for(identity: Identity, state: object, split_len: int) -> State:
     """Validate ``state`` for a dataset with ``identity`` and return its progress.
 
     Raises:
@@ -216,23 +230,23 @@ def parse_for(identity: Identity, state: object, split_len: int) -> Progress:
     return packed
 
 
-def commit(identity: Identity, parent: Progress, incoming: object) -> Progress:
+def commit(identity: Identity, parent: State, incoming: object) -> State:
     """Fold one consumed worker batch's checkpoint into the parent's progress."""
     st = _as_dict(incoming)
     _check_identity(st, identity)
-    if isinstance(parent, RowProgress):
+    if isinstance(parent, RowState):
         return _join_rows([parent, _parse_row(st, identity.num_splits)])
     return _join_packed([parent, _parse_packed(st, identity.num_splits)])
 
 
-def _join_rows(states: Sequence[RowProgress]) -> RowProgress:
-    return RowProgress(
+def _join_rows(states: Sequence[RowState]) -> RowState:
+    return RowState(
         [max(values) for values in zip(*(s.samples for s in states))],
         [max(values) for values in zip(*(s.positions for s in states))],
     )
 
 
-def _join_packed(states: Sequence[PackedProgress]) -> PackedProgress:
+def _join_packed(states: Sequence[PackedState]) -> PackedState:
     first = states[0]
     consumed, emitted = list(first.consumed), list(first.emitted)
     buffers = dict(first.buffers)
@@ -244,7 +258,7 @@ def _join_packed(states: Sequence[PackedProgress]) -> PackedProgress:
                     buffers[s] = other.buffers[s]
                 else:
                     buffers.pop(s, None)
-    return PackedProgress(consumed, emitted, buffers)
+    return PackedState(consumed, emitted, buffers)
 
 
 def _identity_of(state: Mapping[str, object]) -> Identity:
@@ -278,6 +292,25 @@ def _identity_of(state: Mapping[str, object]) -> Identity:
     )
 
 
+def _check_same_settings(parsed: Sequence[Mapping[str, object]]) -> None:
+    """Every state has the first one's mode and settings (ints, not bools or floats)."""
+    first = parsed[0]
+    keys = CONFIG + (PACKING if is_packed(first) else ())
+    for st in parsed:
+        if is_packed(st) != is_packed(first):
+            raise ValueError("cannot merge packed and row-mode state dicts")
+        _need_keys(st, keys)
+    for st in parsed:
+        for key in keys:
+            _int(st[key], key)  # True or 1.0 must not pass for 1
+    for st in parsed[1:]:
+        for key in keys:
+            if st[key] != first[key]:
+                raise ValueError(f"{key} mismatch across state dicts: {st[key]!r} != {first[key]!r}")
+        if st.get(FINGERPRINT) != first.get(FINGERPRINT):
+            raise ValueError("perm_fingerprint mismatch across state dicts")
+
+
 def merge_state_dicts(states: Sequence[object]) -> dict[str, object]:
     """Merge the checkpoints of every rank, taken at the same global step, into one.
 
@@ -296,20 +329,7 @@ def merge_state_dicts(states: Sequence[object]) -> dict[str, object]:
         raise ValueError("merge_state_dicts needs at least one state dict")
     parsed = [_as_dict(s) for s in states]
     first = parsed[0]
-    keys = CONFIG + (PACKING if is_packed(first) else ())
-    for st in parsed:
-        if is_packed(st) != is_packed(first):
-            raise ValueError("cannot merge packed and row-mode state dicts")
-        _need_keys(st, keys)
-    for st in parsed:
-        for key in keys:
-            _int(st[key], key)  # True or 1.0 must not pass for 1
-    for st in parsed[1:]:
-        for key in keys:
-            if st[key] != first[key]:
-                raise ValueError(f"{key} mismatch across state dicts: {st[key]!r} != {first[key]!r}")
-        if st.get(FINGERPRINT) != first.get(FINGERPRINT):
-            raise ValueError("perm_fingerprint mismatch across state dicts")
+    _check_same_settings(parsed)
     identity = _identity_of(first)
     if identity.packing is None:
         return snapshot(identity, _join_rows([_parse_row(st, identity.num_splits) for st in parsed]))

@@ -1,24 +1,27 @@
-# The read pipeline shared by row mode and packing.
-#
-# Rules:
-# * Work is cut into *units*: one storage read of the next positions of several
-#   owned splits (split-major inside the unit), then the mode's transform stage
-#   on that read. Per-row Python work is avoided; bookkeeping is per unit.
-# * Units are consumed strictly in submission order, and every split's
-#   positions are requested in increasing order, so each split's stream stays
-#   in permutation order whatever the thread timing.
-# * Backpressure: at most ``io_queue_depth`` units are in flight (requested and
-#   not yet handed to the consumer), and a split is only requested while its
-#   buffered rows (ready + in flight) are below its target. Memory is bounded
-#   by about ``(io_queue_depth + 2)`` units.
-# * A pipeline may read a unit's rows in row-id order (``sorted_reads``): a
-#   LanceDB take of sorted ids has no rows to put back in order, so it is faster. The
-#   unit's ``where`` then maps each of its positions to its row of the batch,
-#   and the consumer gathers in unit order (packing does, while it inserts EOS).
-# * The consumer thread plans and submits units ("pumps"); pool threads only
-#   read (stage 1) and transform (stage 2). A unit's slices are transformed in
-#   parallel and joined in order. A timing hook (tests only) can delay each
-#   stage, to shake thread interleavings.
+"""The read pipeline shared by row mode and packing.
+
+Rules:
+* Work is cut into *units*: one storage read of the next positions of several
+  owned splits (split-major inside the unit), then the mode's transform stage
+  on that read. Per-row Python work is avoided; bookkeeping is per unit.
+* Units are consumed strictly in submission order, and every split's
+  positions are requested in increasing order, so each split's stream stays
+  in permutation order whatever the thread timing.
+* Backpressure: at most ``io_queue_depth`` units are in flight (requested and
+  not yet handed to the consumer), and a split is only requested while its
+  buffered rows (ready + in flight) are below its target. Memory is bounded
+  by about ``(io_queue_depth + 2)`` units. The target is the read-ahead
+  policy's (``_demand``), which the pipeline asks with what it needs to know.
+* A pipeline may read a unit's rows in row-id order (``sorted_reads``): a
+  LanceDB take of sorted ids has no rows to put back in order, so it is faster. The
+  unit's ``where`` then maps each of its positions to its row of the batch,
+  and the consumer gathers in unit order (packing does, while it inserts EOS).
+* The consumer thread plans and submits units ("pumps"); pool threads only
+  read (stage 1) and transform (stage 2). A unit's slices are transformed in
+  parallel and joined in order. A timing hook (tests only) can delay each
+  stage, to shake thread interleavings.
+"""
+
 from __future__ import annotations
 
 import threading
@@ -38,6 +41,11 @@ from ._stats import Counters
 TARGET_UNIT_BYTES = 8 * 2**20
 MAX_UNIT_ROWS = 16384
 FIRST_UNIT_ROWS = 512
+
+Want = Callable[[int, int, int], int]
+"""The read-ahead policy: ``want(split, unit_rows, inflight)`` = how many positions owned split
+``split`` should request now (0: none), given the target rows of the next unit and the split's
+positions in flight (see ``_demand``)."""
 
 TimingHook = Callable[[str, int], None]
 """Called as ``hook(stage, unit_number)`` with stage ``"read"`` or ``"transform"``."""
@@ -81,19 +89,6 @@ class StageError(Exception):
         self.error = error
 
 
-def forgiving(on_error: str | Callable[[Exception], object]) -> Callable[[Exception], bool]:
-    """Whether ``on_transform_error`` drops a row whose transform raised ``exc``."""
-
-    def forgive(exc: Exception) -> bool:
-        if on_error == "raise":
-            return False
-        if callable(on_error):
-            return bool(on_error(exc))
-        return True
-
-    return forgive
-
-
 @dataclass(frozen=True)
 class Stage:
     """A mode's transform stage.
@@ -121,7 +116,7 @@ class Pipeline:
         split_rows: row ids of every owned split (full splits).
         start: first position to read of every owned split.
         stage: the mode's transform stage.
-        want: ``want(i)`` = how many positions split ``i`` should request now (0: none).
+        want: the read-ahead policy (:data:`Want`).
         io_queue_depth: units in flight at most.
         transform_threads: threads of the transform stage.
         counters: observability counters.
@@ -138,7 +133,7 @@ class Pipeline:
         split_rows: list[np.ndarray],
         start: list[int],
         stage: Stage,
-        want: Callable[[int], int],
+        want: Want,
         io_queue_depth: int,
         transform_threads: int,
         counters: Counters,
@@ -203,7 +198,7 @@ class Pipeline:
             room = self.size[i] - self.head[i]
             if room <= 0:
                 continue
-            count = min(room, self._want(i))
+            count = min(room, self._want(i, self._unit_rows, self.inflight[i]))
             if count <= 0:
                 continue
             segments.append(Segment(i, self.head[i], count, offset))

@@ -1,11 +1,13 @@
-# The one module that talks to LanceDB.
-#
-# Rules: everything LanceDB-specific lives here: building the permutation with
-# LanceDB's permutation builder (same seed rule as lancedb.streaming), reading
-# rows by row id in a given order, describing a table so a worker process can
-# reopen it, and schema lookups. Readers are pinned to the table version the
-# permutation was built from. No credentials leave the process unless the user
-# asks for it.
+"""The one module that talks to LanceDB.
+
+Rules: everything LanceDB-specific lives here: building the permutation with
+LanceDB's permutation builder (same seed rule as lancedb.streaming), reading
+rows by row id in a given order, describing a table so a worker process can
+reopen it, and schema lookups. Readers are pinned to the table version the
+permutation was built from. No credentials leave the process unless the user
+asks for it.
+"""
+
 from __future__ import annotations
 
 import hashlib
@@ -20,14 +22,16 @@ import numpy as np
 import pyarrow as pa
 
 EPOCH_PRIME = 100003
+"""The permutation seed of epoch ``e`` is ``shuffle_seed + e * EPOCH_PRIME`` (lancedb.streaming's rule)."""
 _PERM_MEMORY_ENV = "LANCEDB_PERM_BUILDER_MEMORY_LIMIT"
 _PERM_BYTES_PER_ROW = 96  # generous per-row sort budget of the permutation builder
 _SECRET_MARKERS = ("secret", "token", "password", "credential", "key", "sas")
 
 
 @dataclass(frozen=True)
-class Permutation:
-    """Row ids of every split, ``rows[s, p]`` = row id at position ``p`` of split ``s``."""
+class SplitRows:
+    """The built permutation: row ids of every split, ``rows[s, p]`` = row id at position ``p`` of
+    split ``s`` (the spec calls the tuple of splits a ``Permutation``)."""
 
     rows: np.ndarray
     fingerprint: str | None
@@ -83,7 +87,7 @@ def build_permutation(
     filter: str | None,
     split_strategy: Callable[[Any], Any] | None,
     rows_hint: int,
-) -> Permutation:
+) -> SplitRows:
     """Build the split permutation exactly as ``lancedb.streaming`` does and group it by split.
 
     Raises:
@@ -114,7 +118,7 @@ def build_permutation(
     base_version = int(raw_version) if raw_version is not None else None
     rows = _group(row_ids, split_ids, num_splits, strategy=split_strategy is not None)
     fingerprint = _fingerprint(row_ids, split_ids) if split_strategy is not None else None
-    return Permutation(rows, fingerprint, base_version)
+    return SplitRows(rows, fingerprint, base_version)
 
 
 def _group(row_ids: np.ndarray, split_ids: np.ndarray, num_splits: int, *, strategy: bool) -> np.ndarray:

@@ -1,31 +1,36 @@
-# Sequence packing with NumPy: blocks are cut from per-split token streams.
-#
-# Rules:
-# * Each owned split has a *stream*: the tokens pulled into its buffer (from
-#   the checkpoint or earlier cycles), followed by documents fetched but not
-#   yet pulled, each document followed by EOS. ``pulled`` marks the end of the
-#   buffer inside the stream.
-# * Cycle r (0-based from now) first *fills*: pull whole documents until the
-#   buffer reaches (r + 1) * L tokens, or the split runs out. Then every split
-#   *emits* block r: stream[r*L:(r+1)*L], padded with pad_id if the split ran
-#   out. ``doc_ids[k]`` counts document starts at offsets 1..k of the block.
-# * Cycles are computed k at a time with vectorized search and reshape: k is
-#   how many cycles every owned split can complete with what is fetched.
-# * A document that must raise (null tokens in "raise" mode) stops its split:
-#   the error surfaces at the cycle whose fill needs that document.
-# * Progress is exact after every block; inside a chunk it is derived on
-#   demand from the chunk's arrays (fills of a cycle are visible as soon as
-#   its first block is handed out, as in the reference).
-# * Tokens are copied once on their way into a stream: when the stream is next
-#   read, appended documents are gathered from their read batch (in row-id
-#   order) in the split's order, each followed by EOS. Blocks are views of the
-#   stream.
+"""Sequence packing with NumPy: blocks are cut from per-split token streams.
+
+Rules:
+* Each owned split has a *stream*: the tokens pulled into its buffer (from
+  the checkpoint or earlier cycles), followed by documents fetched but not
+  yet pulled, each document followed by EOS. ``pulled`` marks the end of the
+  buffer inside the stream.
+* Cycle r (0-based from now) first *fills*: pull whole documents until the
+  buffer reaches (r + 1) * L tokens, or the split runs out. Then every split
+  *emits* block r: stream[r*L:(r+1)*L], padded with pad_id if the split ran
+  out. ``doc_ids[k]`` counts document starts at offsets 1..k of the block.
+* Cycles are computed k at a time with vectorized search and reshape: k is
+  how many cycles every owned split can complete with what is fetched.
+* A document that must raise (null tokens in "raise" mode) stops its split:
+  the error surfaces at the cycle whose fill needs that document.
+* Progress is exact after every block; inside a chunk it is derived on
+  demand from the chunk's arrays (fills of a cycle are visible as soon as
+  its first block is handed out, as in the reference).
+* Tokens are copied once on their way into a stream: when the stream is next
+  read, appended documents are gathered from their read batch (in row-id
+  order) in the split's order, each followed by EOS. Blocks are views of the
+  stream.
+* ``blocks_per_epoch="auto"`` (:func:`estimate_blocks`) reads a seeded ~1%
+  sample of every split once, when the epoch's permutation is built.
+"""
+
 from __future__ import annotations
 
-import logging
+import math
+import random
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,12 +38,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
-from ._fetch import Pipeline, Stage, Unit, forgiving
+from ._faults import OnError, forgiving, report_dropped
+from ._fetch import Pipeline, Stage, Unit
+from ._lance import Reader
 from ._stats import Counters
 
-logger = logging.getLogger("elastic_loader")
-
 INT64_MAX = 2**63 - 1
+AUTO_SAMPLE_CAP = 100_000
+"""Documents the ``blocks_per_epoch="auto"`` estimate reads at most (over all splits)."""
+AUTO_TAKE_ROWS = 16384
 MAX_CHUNK_CYCLES = 1024
 NULL_TOKENS = "pack_sequences does not support null token lists or null token values"
 TOO_LARGE = "token value does not fit in int64"
@@ -53,7 +61,7 @@ class DocPayload:
     skipped: set[int] | None  # rows dropped
 
 
-def make_doc_stage(on_error: str | Callable[[Exception], object], counters: Counters) -> Stage:
+def make_doc_stage(on_error: OnError, counters: Counters) -> Stage:
     """The packing transform stage: token lists to flat int64 arrays, bad documents flagged."""
     forgive = forgiving(on_error)
 
@@ -90,15 +98,7 @@ def make_doc_stage(on_error: str | Callable[[Exception], object], counters: Coun
                 dropped.append(exc)
             else:
                 bad[row] = exc
-        if dropped:
-            counters.add(rows_skipped=len(dropped))
-            if on_error == "warn":
-                logger.warning(
-                    "skipped %d of %d documents whose tokens were invalid (first error: %r)",
-                    len(dropped),
-                    batch.num_rows,
-                    dropped[0],
-                )
+        report_dropped(on_error, dropped, batch.num_rows, "documents whose tokens were invalid", counters)
         counters.add(transform_ns=time.perf_counter_ns() - t0)
         return DocPayload(values, starts, lengths, bad or None, skipped or None)
 
@@ -190,6 +190,7 @@ class SplitStream:
         self._part_tokens = 0
 
     def stream_len(self) -> int:
+        """Tokens in the stream: the buffer and the fetched documents, EOS included."""
         return len(self.tokens) + self._part_tokens
 
     def append(
@@ -213,9 +214,6 @@ class SplitStream:
             return None
         total = self.stream_len()
         return total // length
-
-    def buffered_tokens(self) -> int:
-        return self.stream_len()
 
 
 @dataclass
@@ -338,8 +336,9 @@ class PackFeed:
         self.counters.add(ready_rows=added)
 
 
-class PackProgress:
-    """Exact packed progress of the owned splits; lazy inside a chunk."""
+class PackCursor:
+    """The live position of one packed iteration: exact packed progress of the owned splits, lazy
+    inside a chunk (the checkpoint record is ``_checkpoint.PackedState``)."""
 
     def __init__(self, streams: list[SplitStream]) -> None:
         self.streams = streams
@@ -422,14 +421,10 @@ def _record_state(
     return consumed, record.emitted0 + emitted_rel, buffer.tolist(), starts.tolist()
 
 
-class PackEnd(Exception):
-    """Internal: the packed epoch is over."""
-
-
 def iterate(
     pipeline: Pipeline,
     feed: PackFeed,
-    progress: PackProgress,
+    progress: PackCursor,
     *,
     length: int,
     pad: int,
@@ -489,3 +484,33 @@ def iterate(
             complete = True
         finally:
             progress.end(complete, counters)
+
+
+def estimate_blocks(reader: Reader, column: str, rows: np.ndarray, length: int, seed: int) -> int:
+    """The ``blocks_per_epoch="auto"`` budget: tokens (EOS included) of a seeded ~1% sample.
+
+    ``rows`` holds every split's row ids (``splits x split length``). Each split
+    samples the same number of positions, ``min(ceil(m / 100), 100000 / splits)``
+    and at least one; the token count is scaled to the epoch, cut into blocks of
+    ``length`` and rounded down to a multiple of the split count (at least one
+    block per split).
+
+    Raises:
+        ValueError: a sampled document has null tokens.
+    """
+    s, m = int(rows.shape[0]), int(rows.shape[1])
+    cap = max(1, AUTO_SAMPLE_CAP // s)
+    rng = random.Random(seed)
+    per_split = min(m, max(1, min(math.ceil(m / 100), cap)))
+    picks = [sorted(rng.sample(range(m), per_split)) for _ in range(s)]
+    ids = np.concatenate([rows[split, offsets] for split, offsets in enumerate(picks)])
+    sampled_tokens = 0
+    for start in range(0, len(ids), AUTO_TAKE_ROWS):
+        tokens = reader.take(ids[start : start + AUTO_TAKE_ROWS], [column]).column(0)
+        if tokens.null_count or pc.list_flatten(tokens).null_count:
+            raise ValueError(NULL_TOKENS)
+        sampled_tokens += int(pc.sum(pc.list_value_length(tokens)).as_py() or 0)
+    sampled = per_split * s
+    estimated = (sampled_tokens + sampled) * (m * s) // sampled
+    blocks = estimated // length
+    return max(s, blocks - blocks % s)

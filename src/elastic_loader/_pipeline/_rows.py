@@ -1,24 +1,26 @@
-# Row mode: transform stage, per-split ready queues, and the yield loop.
-#
-# Rules:
-# * A unit's transform runs on read batches of at most ``read_batch_size``
-#   rows. A failing batch is re-run row by row so that every row gets its own
-#   outcome (value, skipped, or an error to re-raise when that row is needed);
-#   a callable ``on_transform_error`` is asked once per failing row. Outcomes
-#   never depend on batch boundaries for row-wise transforms.
-# * The yield loop first catches up lagging splits (by (samples, split id)),
-#   then delivers whole cycles: k cycles at once, where every owned split has
-#   at least k ready rows. A cycle that some split cannot complete ends the
-#   iteration: the first such split in owned order decides whether that is
-#   the end of the epoch or its row's error.
-# * Progress is exact after every yielded row but is kept lazily: a chunk of k
-#   cycles records its base and a counter; per-split values are computed on
-#   demand (state_dict) and folded in when the chunk ends.
+"""Row mode: transform stage, per-split ready queues, and the yield loop.
+
+Rules:
+* A unit's transform runs on read batches of at most ``read_batch_size``
+  rows. A failing batch is re-run row by row so that every row gets its own
+  outcome (value, skipped, or an error to re-raise when that row is needed);
+  a callable ``on_transform_error`` is asked once per failing row. Outcomes
+  never depend on batch boundaries for row-wise transforms. The error policy
+  (what is dropped, row isolation, the warning) is ``_faults``'s.
+* The yield loop first catches up lagging splits (by (samples, split id)),
+  then delivers whole cycles: k cycles at once, where every owned split has
+  at least k ready rows. A cycle that some split cannot complete ends the
+  iteration: the first such split in owned order decides whether that is
+  the end of the epoch or its row's error.
+* Progress is exact after every yielded row but is kept lazily: a chunk of k
+  cycles records its base and a counter; per-split values are computed on
+  demand (state_dict) and folded in when the chunk ends.
+"""
+
 from __future__ import annotations
 
 import heapq
 import itertools
-import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -28,10 +30,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ._fetch import Pipeline, Stage, StageError, Unit, forgiving
+from ._faults import OnError, forgiving, isolate
+from ._fetch import Pipeline, Stage, StageError, Unit
 from ._stats import Counters
-
-logger = logging.getLogger("elastic_loader")
 
 MAX_CHUNK_CYCLES = 4096
 
@@ -55,7 +56,7 @@ def _rejected_output(out: object) -> str | None:
 
 def make_row_stage(
     transform: Callable[[pa.RecordBatch], Any] | None,
-    on_error: str | Callable[[Exception], object],
+    on_error: OnError,
     read_batch_size: int,
     counters: Counters,
 ) -> Stage:
@@ -94,7 +95,7 @@ def make_row_stage(
         values: list[Any] = []
         skipped: set[int] = set()
         errors: dict[int, BaseException] = {}
-        _isolate(part, 0, batch_error, values, skipped, errors, rows_of, forgive, on_error, counters)
+        isolate(part, 0, batch_error, values, skipped, errors, rows_of, forgive, on_error, counters)
         return RowPayload(values, skipped or None, errors or None)
 
     def combine(parts: list[tuple[int, RowPayload]]) -> RowPayload:
@@ -112,48 +113,6 @@ def make_row_stage(
         return RowPayload(values, skipped or None, errors or None)
 
     return Stage(run, combine, None if transform is None else read_batch_size)
-
-
-def _isolate(
-    part: pa.RecordBatch,
-    start: int,
-    batch_error: Exception,
-    values: list[Any],
-    skipped: set[int],
-    errors: dict[int, BaseException],
-    rows_of: Callable[[pa.RecordBatch, int], list[Any]],
-    forgive: Callable[[Exception], bool],
-    on_error: object,
-    counters: Counters,
-) -> None:
-    """Re-run a failed batch one row at a time; record each row's outcome."""
-    dropped: list[Exception] = []
-    for j in range(part.num_rows):
-        try:
-            values.append(rows_of(part.slice(j, 1), 1)[0])
-            continue
-        except StageError:
-            raise
-        except Exception as exc:
-            row_error = exc
-        values.append(None)
-        if on_error == "raise" or not forgive(row_error):
-            errors[start + j] = row_error
-        else:
-            skipped.add(start + j)
-            dropped.append(row_error)
-    if not dropped and not any(start <= k < start + part.num_rows for k in errors) and on_error == "raise":
-        # The batch failed but every row passes alone: the failure is not row-wise.
-        errors[start] = batch_error
-    if dropped:
-        counters.add(rows_skipped=len(dropped))
-        if on_error == "warn":
-            logger.warning(
-                "skipped %d of %d rows whose transform failed (first error: %r)",
-                len(dropped),
-                part.num_rows,
-                dropped[0],
-            )
 
 
 class RowFeed:
@@ -205,8 +164,9 @@ class RowFeed:
         counters.add(ready_rows=added)
 
 
-class RowProgress:
-    """Exact per-split progress of the owned splits, kept lazily during a chunk."""
+class RowCursor:
+    """The live position of one row iteration: exact per-split progress of the owned splits, kept
+    lazily during a chunk (the checkpoint record is ``_checkpoint.RowState``)."""
 
     def __init__(self, samples: list[int], positions: list[int]) -> None:
         self.samples = samples
@@ -270,7 +230,7 @@ class RowProgress:
 def iterate(
     pipeline: Pipeline,
     feed: RowFeed,
-    progress: RowProgress,
+    progress: RowCursor,
     owned: list[int],
     counters: Counters,
 ) -> Iterator[Any]:

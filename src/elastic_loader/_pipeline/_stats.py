@@ -1,21 +1,27 @@
-# Observability counters.
-#
-# Rules: every update goes through one lock (pool threads add concurrently).
-# A process that iterates inside a DataLoader worker also publishes its values
-# into its own slot of a shared int64 array; readers add the local values and
-# every *other* slot, so worker counters are summed, never last-writer-wins.
-# Cumulative counters (bytes, times, skips, deliveries) only grow; gauges
-# (queue depths, unscanned rows, consumed rows) describe live iterations and
-# are zero when nothing iterates.
+"""Observability counters.
+
+Rules: every update goes through one lock (pool threads add concurrently).
+A process that iterates inside a DataLoader worker also publishes its values
+into its own slot of a shared int64 array; readers add the local values and
+every *other* slot, so worker counters are summed, never last-writer-wins.
+Cumulative counters (bytes, times, skips, deliveries) only grow; gauges
+(queue depths, unscanned rows, consumed rows) describe live iterations and
+are zero when nothing iterates. The shared array travels only to processes
+being started (:func:`spawning`); a plainly pickled copy counts on its own.
+"""
+
 from __future__ import annotations
 
 import ctypes
+import multiprocessing.context
 import threading
 from dataclasses import dataclass
 from multiprocessing.sharedctypes import RawArray
-from typing import Any
+from typing import Any, Generic, NoReturn, Protocol, TypeVar, overload
 
 import numpy as np
+
+from .._exports import public
 
 MAX_WORKERS = 256
 _CUMULATIVE = ("bytes_loaded", "fetch_ns", "transform_ns", "rows_skipped", "rows_delivered")
@@ -26,6 +32,7 @@ FLAG_UNTRACKED = 0  # header slot: a plain DataLoader with workers iterated the 
 _HEADER = 1
 
 
+@public
 @dataclass(frozen=True)
 class Statistics:
     """An immutable snapshot of a dataset's pipeline counters (summed over worker processes).
@@ -53,6 +60,44 @@ class Statistics:
     unscanned_rows: int
 
 
+T = TypeVar("T", int, float)
+
+
+class _HasStatistics(Protocol):
+    def statistics(self) -> Statistics: ...
+
+
+class StatisticField(Generic[T]):
+    """A read-only attribute answering one field of its owner's ``statistics()``.
+
+    ``bytes_loaded = StatisticField[int]("doc")`` on a class with a
+    ``statistics()`` method reads ``obj.statistics().bytes_loaded``, like a
+    property of that name with that docstring.
+    """
+
+    def __init__(self, doc: str) -> None:
+        self.__doc__ = doc
+        self._name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
+
+    @overload
+    def __get__(self, obj: None, owner: type | None = None) -> StatisticField[T]: ...
+
+    @overload
+    def __get__(self, obj: _HasStatistics, owner: type | None = None) -> T: ...
+
+    def __get__(self, obj: _HasStatistics | None, owner: type | None = None) -> T | StatisticField[T]:
+        if obj is None:
+            return self
+        value: T = getattr(obj.statistics(), self._name)
+        return value
+
+    def __set__(self, obj: object, value: object) -> NoReturn:
+        raise AttributeError(f"property {self._name!r} of {type(obj).__name__!r} object has no setter")
+
+
 class Counters:
     """Thread-safe counters of one process, optionally published to a shared slot."""
 
@@ -63,10 +108,11 @@ class Counters:
         self._slot: int | None = None
         self._baseline = dict.fromkeys(_CUMULATIVE, 0)
 
-    # -- pickling: counters travel with the dataset, the lock and slot do not
+    # -- pickling: counters travel with the dataset, the lock and slot do not; the shared
+    # array only to a process being started
     def __getstate__(self) -> dict[str, Any]:
         with self._lock:
-            return {"values": dict(self._values), "shared": self._shared}
+            return {"values": dict(self._values), "shared": self._shared if spawning() else None}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._lock = threading.Lock()
@@ -146,6 +192,14 @@ class Counters:
             prefetch_queue_depth=totals["ready_rows"],
             unscanned_rows=totals["unscanned_rows"],
         )
+
+
+def spawning() -> bool:
+    """True while multiprocessing pickles the arguments of a process it starts.
+
+    Shared memory can only travel then; a plain pickle leaves it behind.
+    """
+    return multiprocessing.context.get_spawning_popen() is not None
 
 
 def new_shared() -> Any:

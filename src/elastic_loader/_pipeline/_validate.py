@@ -1,9 +1,11 @@
-# Constructor validation for StreamingDataset.
-#
-# Rules: every parameter is checked here, before any I/O, in a fixed order:
-# types first (TypeError), then values (ValueError). The order and the
-# exception classes follow spec/ERRORS.md; this module is an independent
-# implementation and must not import elastic_loader.spec.
+"""Constructor validation for StreamingDataset.
+
+Rules: every parameter is checked here, before any I/O, in a fixed order:
+types first (TypeError), then values (ValueError). The order and the
+exception classes follow spec/ERRORS.md; this module is an independent
+implementation and must not import elastic_loader.spec.
+"""
+
 from __future__ import annotations
 
 import warnings
@@ -11,7 +13,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import cast
 
-EPOCH_PRIME = 100003
+from ._lance import EPOCH_PRIME
+
 SEED_LIMIT = 2**64
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
@@ -89,6 +92,42 @@ def check_parameters(
         TypeError: a parameter has the wrong type.
         ValueError: a parameter is out of range or inconsistent.
     """
+    _check_types(p)
+    io_queue_depth = p["io_queue_depth"]
+    if p["prefetch_batches"] is not None:
+        warnings.warn(
+            "prefetch_batches is deprecated; use io_queue_depth",
+            DeprecationWarning,
+            stacklevel=5,
+        )
+        io_queue_depth = p["prefetch_batches"]
+    for name, _, minimum in _INTS:
+        value = p[name]
+        if minimum is not None and isinstance(value, int) and value < minimum:
+            raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    num_splits = _check_topology(p)
+    assert isinstance(io_queue_depth, int)
+    _need(io_queue_depth > 0, f"io_queue_depth must be > 0, got {io_queue_depth}")
+    _check_packing(p, num_splits, column_kind)
+    mode = p["on_transform_error"]
+    _need(
+        mode in ("raise", "skip", "warn") or callable(mode),
+        f"on_transform_error must be 'raise', 'skip', 'warn' or a callable, got {mode!r}",
+    )
+    columns = p["columns"]
+    if columns is not None:
+        assert isinstance(columns, (list, tuple))
+        _check_columns(columns, column_kind)
+    rows = count_rows()
+    _need(
+        rows >= num_splits,
+        f"the table has {rows} rows (after filter), fewer than num_splits={num_splits}; "
+        "every split needs at least one row",
+    )
+    return Checked(num_splits, io_queue_depth, p["shuffle_seed"] is None)
+
+
+def _check_types(p: dict[str, object]) -> None:
     for name, nullable, _ in _INTS:
         value = p[name]
         if (value is None and nullable) or _is_int(value):
@@ -98,18 +137,9 @@ def check_parameters(
         if not ok(p[name]):
             raise TypeError(f"{name} must be {what}, got {p[name]!r}")
 
-    io_queue_depth = p["io_queue_depth"]
-    if p["prefetch_batches"] is not None:
-        warnings.warn(
-            "prefetch_batches is deprecated; use io_queue_depth",
-            DeprecationWarning,
-            stacklevel=4,
-        )
-        io_queue_depth = p["prefetch_batches"]
-    for name, _, minimum in _INTS:
-        value = p[name]
-        if minimum is not None and isinstance(value, int) and value < minimum:
-            raise ValueError(f"{name} must be >= {minimum}, got {value}")
+
+def _check_topology(p: dict[str, object]) -> int:
+    """Rank, world size, splits and seed; returns ``num_splits`` (``None`` means ``world_size``)."""
     world_size, rank = cast(int, p["world_size"]), cast(int, p["rank"])
     _need(rank < world_size, f"rank ({rank}) must be smaller than world_size ({world_size})")
     num_splits = world_size if p["num_splits"] is None else cast(int, p["num_splits"])
@@ -129,25 +159,24 @@ def check_parameters(
             cast(int, seed) + epoch * EPOCH_PRIME < SEED_LIMIT,
             f"shuffle_seed + epoch * {EPOCH_PRIME} must be < 2**64",
         )
-    assert isinstance(io_queue_depth, int)
-    _need(io_queue_depth > 0, f"io_queue_depth must be > 0, got {io_queue_depth}")
-    _check_packing(p, num_splits, column_kind)
-    mode = p["on_transform_error"]
+    return num_splits
+
+
+def check_epoch(shuffle_seed: int, epoch: object) -> None:
+    """Validate ``set_epoch(epoch)`` on a dataset whose seed is ``shuffle_seed``.
+
+    Raises:
+        TypeError: ``epoch`` is not an int.
+        ValueError: ``epoch`` is negative or the permutation seed would overflow.
+    """
+    if not _is_int(epoch):
+        raise TypeError(f"epoch must be an int, got {epoch!r}")
+    assert isinstance(epoch, int)
+    _need(epoch >= 0, f"epoch must be >= 0, got {epoch}")
     _need(
-        mode in ("raise", "skip", "warn") or callable(mode),
-        f"on_transform_error must be 'raise', 'skip', 'warn' or a callable, got {mode!r}",
+        shuffle_seed + epoch * EPOCH_PRIME < SEED_LIMIT,
+        f"shuffle_seed + epoch * {EPOCH_PRIME} must be < 2**64",
     )
-    columns = p["columns"]
-    if columns is not None:
-        assert isinstance(columns, (list, tuple))
-        _check_columns(columns, column_kind)
-    rows = count_rows()
-    _need(
-        rows >= num_splits,
-        f"the table has {rows} rows (after filter), fewer than num_splits={num_splits}; "
-        "every split needs at least one row",
-    )
-    return Checked(num_splits, io_queue_depth, seed is None)
 
 
 def _check_columns(columns: Sequence[str], column_kind: Callable[[str], str | None]) -> None:

@@ -1,53 +1,53 @@
-# StreamingDataset: the public dataset, a thin driver over the pipeline pieces.
-#
-# Rules:
-# * Construction validates every parameter, builds the permutation once, and
-#   holds per-split progress for all splits. Nothing else does I/O up front.
-# * Iteration resolves the owned splits (rank block, then worker sub-block),
-#   runs one pipeline over them, and keeps the progress of the owned splits
-#   exact after every yielded item. Other splits keep the values they had.
-# * One iterator at a time per instance (a lease); StreamingDataLoader holds
-#   the lease for its whole iteration and commits worker checkpoints here.
-# * Pickling sends a recipe to reopen the table, the row ids (a shared-memory
-#   file during worker start-up, so each worker maps only what it reads), the
-#   progress and the cumulative counters; never live threads or connections.
+"""StreamingDataset: the public dataset, a facade over the pipeline's parts.
+
+Rules:
+* Construction validates every parameter (``_settings``), builds the epoch's
+  permutation once (``_epoch``), and holds per-split progress for all splits.
+  Nothing else does I/O up front.
+* Iteration resolves the owned splits (``_topology``: rank block, then worker
+  sub-block), runs one ``_session.Session`` over them, and keeps the progress
+  of the owned splits exact after every yielded item. Other splits keep the
+  values they had.
+* One iterator at a time per instance (``_session.Lease``); StreamingDataLoader
+  holds the lease for its whole iteration and commits worker checkpoints
+  here, through :class:`LoaderLink`, the one interface it uses.
+* ``state_dict()`` answers only while the checkpoint gate (``_gate``) is open.
+* Pickling sends a recipe to reopen the table, the row ids (``_rowfile``: a
+  shared-memory file during worker start-up, so each worker maps only what it
+  reads), the progress and the cumulative counters; never live threads or
+  connections.
+"""
+
 from __future__ import annotations
 
-import atexit
-import contextlib
 import logging
-import math
-import multiprocessing.context
-import os
-import random
-import tempfile
-import threading
-import uuid
-import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import replace
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 import numpy as np
-import pyarrow.compute as pc
 from torch.utils.data import IterableDataset, get_worker_info
 
+from .._exports import public
 from . import _checkpoint as ckpt
-from . import _fetch, _packing, _rows
-from ._lance import Permutation, Reader, TableSource, build_permutation, column_kind, count_rows, describe
-from ._lance import reader_for as _reader_for
-from ._stats import FLAG_UNTRACKED, Counters, Statistics, new_shared
-from ._validate import check_parameters
+from . import _fetch
+from ._epoch import build_epoch, start_progress
+from ._gate import CheckpointGate, check_loader_start
+from ._lance import Reader, SplitRows, TableSource, describe
+from ._rowfile import RowFile, rows_of
+from ._session import Lease, Session
+from ._settings import Settings, settings_for
+from ._stats import Counters, StatisticField, Statistics, new_shared, zero_worker_gauges
+from ._topology import check_workers, owned_splits, rank_block
+from ._validate import check_epoch
 
 logger = logging.getLogger("elastic_loader")
 
 DEFAULT_READ_BATCH_SIZE = 64
 DEFAULT_IO_QUEUE_DEPTH = 4
-_AUTO_SAMPLE_CAP = 100_000
-_TARGET_UNIT_TOKENS = 1 << 20
-_FIRST_DOC_GUESS = 128
 
 
+@public
 class StreamingDataset(IterableDataset[Any]):
     """An elastic, resumable ``IterableDataset`` over a LanceDB table.
 
@@ -146,92 +146,32 @@ class StreamingDataset(IterableDataset[Any]):
         pickle_storage_credentials: bool = False,
     ) -> None:
         super().__init__()
-        params = dict(locals())
+        arguments = dict(locals())
         for name in ("self", "table", "__class__", "pickle_storage_credentials"):
-            params.pop(name, None)
-        if not hasattr(table, "schema"):
-            raise TypeError(f"table must be a LanceDB table, got {type(table).__name__}")
-        rows_seen: list[int] = []
-
-        def rows_after_filter() -> int:
-            rows_seen.append(count_rows(table, filter))
-            return rows_seen[-1]
-
-        checked = check_parameters(params, lambda name: column_kind(table, name), rows_after_filter)
-        self._table = table
-        self._num_splits = checked.num_splits
-        self._shuffle = shuffle
-        self._split_strategy = split_strategy
-        self._shuffle_seed: int = random.randrange(2**32) if checked.draw_seed else int(shuffle_seed or 0)
+            arguments.pop(name, None)
+        self._settings: Settings = settings_for(table, arguments, pickle_storage_credentials)
+        self._table: Any = table
+        self._table_source: TableSource | None = None
         self._epoch = epoch
-        self._rank = rank
-        self._world_size = world_size
-        self._read_batch_size = read_batch_size
-        self._io_queue_depth = checked.io_queue_depth
-        self._columns = list(columns) if columns is not None else None
-        self._shuffle_clump_size = shuffle_clump_size
-        self._filter = filter
-        self._transform = transform
-        self._transform_parallelism = transform_parallelism
-        self._pack_sequences = pack_sequences
-        self._eos_id = eos_id
-        self._pad_id = pad_id
-        self._blocks_requested = blocks_per_epoch
-        self._on_transform_error = on_transform_error
-        self._transform_queue_depth = transform_queue_depth
-        self._connection_factory = connection_factory
-        self._worker_info_override = worker_info_override
-        self._keep_credentials = pickle_storage_credentials
-        self._rows_hint = rows_seen[-1] if rows_seen else 0
-        self._uid = uuid.uuid4().hex
         self._counters = Counters()
         self._counters.attach_shared(new_shared())
-        self._lease_lock = threading.Lock()
-        self._lease: int | None = None
-        self._lease_counter = 0
-        self._live: _Live | None = None
-        self._invalid_reason: str | None = None
-        self._require_uniform = False
+        self._gate = CheckpointGate(self._counters.shared)
+        self._lease = Lease()
         self._timing_hook: _fetch.TimingHook | None = None
-        self._shm_path: str | None = None
-        self._table_source: TableSource | None = None
+        self._rank_splits = rank_block(rank, self._settings.splits_per_rank)
         self._build_epoch()
-        self._rank_splits = list(range(rank * self._splits_per_rank, (rank + 1) * self._splits_per_rank))
 
     # ------------------------------------------------------------ epochs
 
-    @property
-    def _splits_per_rank(self) -> int:
-        return self._num_splits // self._world_size
-
     def _build_epoch(self) -> None:
-        """Build the permutation of ``self._epoch`` and reset progress to its start."""
-        self._perm: Permutation = build_permutation(
-            self._table,
-            num_splits=self._num_splits,
-            shuffle=self._shuffle,
-            shuffle_seed=self._shuffle_seed,
-            epoch=self._epoch,
-            clump_size=self._shuffle_clump_size,
-            filter=self._filter,
-            split_strategy=self._split_strategy,
-            rows_hint=self._rows_hint,
-        )
-        self._row_ids: np.ndarray = self._perm.rows
-        self._reader_cache: Reader | None = _reader_for(self._table, self._perm.base_version)
-        self._blocks_per_epoch: int | None = None
-        if self._pack_sequences is not None:
-            requested = self._blocks_requested
-            self._blocks_per_epoch = self._estimate_blocks() if requested == "auto" else cast(int, requested)
-        self._reset_progress()
-
-    def _reset_progress(self) -> None:
-        s = self._num_splits
-        self._progress: ckpt.Progress
-        if self._pack_sequences is None:
-            self._progress = ckpt.RowProgress([0] * s, [0] * s)
-        else:
-            self._progress = ckpt.PackedProgress([0] * s, [0] * s, {})
+        """Build epoch ``self._epoch`` and reset progress to its start."""
+        epoch = build_epoch(self._table, self._settings, self._epoch)
+        self._perm: SplitRows = epoch.perm
+        self._row_ids: np.ndarray = epoch.perm.rows
+        self._row_file = RowFile()  # a file of an earlier epoch holds other row ids
+        self._reader_cache: Reader | None = epoch.reader
+        self._blocks_per_epoch = epoch.blocks_per_epoch
+        self._progress: ckpt.State = start_progress(self._settings)
 
     def set_epoch(self, epoch: int) -> None:
         """Start epoch ``epoch``: rebuild the permutation and reset progress to its beginning.
@@ -241,30 +181,23 @@ class StreamingDataset(IterableDataset[Any]):
             ValueError: ``epoch`` is negative or the seed would overflow.
             RuntimeError: an iterator over this dataset is active.
         """
-        if isinstance(epoch, bool) or not isinstance(epoch, int):
-            raise TypeError(f"epoch must be an int, got {epoch!r}")
-        if epoch < 0:
-            raise ValueError(f"epoch must be >= 0, got {epoch}")
-        if self._shuffle_seed + epoch * 100003 >= 2**64:
-            raise ValueError("shuffle_seed + epoch * 100003 must be < 2**64")
-        self._refuse_while_iterating("set_epoch")
+        check_epoch(self._settings.shuffle_seed, epoch)
+        self._lease.refuse_while_active("set_epoch")
         self._epoch = epoch
         self._build_epoch()
-        self._invalid_reason = None
-        self._require_uniform = False
-        self._set_untracked(False)
+        self._gate.after_load()
 
     # ------------------------------------------------------------ properties
 
     @property
     def num_splits(self) -> int:
         """Number of splits."""
-        return self._num_splits
+        return self._settings.num_splits
 
     @property
     def shuffle_seed(self) -> int:
         """The shuffle seed (the drawn one when ``shuffle_seed=None`` was passed)."""
-        return self._shuffle_seed
+        return self._settings.shuffle_seed
 
     @property
     def epoch(self) -> int:
@@ -289,91 +222,8 @@ class StreamingDataset(IterableDataset[Any]):
     def __len__(self) -> int:
         """Items this rank yields in a full epoch without skipped rows."""
         if self._blocks_per_epoch is not None:
-            return self._blocks_per_epoch // self._world_size
-        return self._splits_per_rank * self._perm.split_len
-
-    # ------------------------------------------------------------ reading helpers
-
-    @property
-    def _reader(self) -> Reader:
-        if self._reader_cache is None:
-            self._reader_cache = self._source.open()
-        return self._reader_cache
-
-    def _estimate_blocks(self) -> int:
-        """The ``blocks_per_epoch="auto"`` estimate (the reference's ~1% sample, seeded)."""
-        import warnings
-
-        warnings.warn(
-            "blocks_per_epoch='auto' estimates the token count from a ~1% sample; pass an int for an "
-            "exact epoch size",
-            UserWarning,
-            stacklevel=4,
-        )
-        assert self._pack_sequences is not None and self._columns is not None
-        s, m = self._num_splits, self._perm.split_len
-        cap = max(1, _AUTO_SAMPLE_CAP // s)
-        rng = random.Random(self._shuffle_seed)
-        per_split = min(m, max(1, min(math.ceil(m / 100), cap)))
-        picks = [sorted(rng.sample(range(m), per_split)) for _ in range(s)]
-        ids = np.concatenate([self._row_ids[split, offsets] for split, offsets in enumerate(picks)])
-        sampled_tokens = 0
-        for start in range(0, len(ids), 16384):
-            column = self._reader.take(ids[start : start + 16384], self._columns).column(0)
-            if column.null_count or pc.list_flatten(column).null_count:
-                raise ValueError("pack_sequences does not support null token lists or null token values")
-            sampled_tokens += int(pc.sum(pc.list_value_length(column)).as_py() or 0)
-        sampled = per_split * s
-        estimated = (sampled_tokens + sampled) * (m * s) // sampled
-        blocks = estimated // self._pack_sequences
-        return max(s, blocks - blocks % s)
-
-    # ------------------------------------------------------------ worker topology
-
-    def _owned_splits(self) -> tuple[list[int], int | None]:
-        """The splits this iterator reads, and the torch worker id when inside a real worker."""
-        torch_info = get_worker_info()
-        info = self._worker_info_override if self._worker_info_override is not None else torch_info
-        if self._worker_info_override is not None and torch_info is not None:
-            logger.warning(
-                "worker_info_override is set while running inside a DataLoader worker; the override wins"
-            )
-        real_worker = torch_info.id if torch_info is not None else None
-        if info is None:
-            return list(self._rank_splits), real_worker
-        nw, w = int(info.num_workers), int(info.id)
-        k = self._splits_per_rank
-        if nw <= 0 or not 0 <= w < nw:
-            raise ValueError(f"invalid worker info: id={w}, num_workers={nw}")
-        if k % nw:
-            raise ValueError(
-                f"the {k} splits of this rank cannot be shared by {nw} workers; num_splits / world_size "
-                "must be divisible by num_workers"
-            )
-        per = k // nw
-        return self._rank_splits[w * per : (w + 1) * per], real_worker
-
-    # ------------------------------------------------------------ leases
-
-    def _acquire(self) -> int:
-        with self._lease_lock:
-            if self._lease is not None or self._live is not None:
-                raise RuntimeError(
-                    "StreamingDataset allows one active iterator per instance; finish or close the other "
-                    "iterator (or its StreamingDataLoader iterator) first"
-                )
-            self._lease_counter += 1
-            self._lease = self._lease_counter
-            return self._lease
-
-    def _release(self, token: int) -> None:
-        with self._lease_lock:
-            if self._lease == token:
-                self._lease = None
-
-    def _refuse_while_iterating(self, what: str) -> None:
-        if self._lease is not None or self._live is not None:
-            raise RuntimeError(f"{what} is not allowed while an iterator over this dataset is active")
+            return self._blocks_per_epoch // self._settings.world_size
+        return self._settings.splits_per_rank * self._perm.split_len
 
     # ------------------------------------------------------------ iteration
 
@@ -381,116 +231,73 @@ class StreamingDataset(IterableDataset[Any]):
         return self._iterate(transport=False)
 
     def _iterate(self, *, transport: bool) -> Iterator[Any]:
-        token = None if transport else self._acquire()
+        token = None if transport else self._lease.acquire()
         try:
             yield from self._run(transport)
         finally:
             if token is not None:
-                self._release(token)
+                self._lease.release(token)
 
     def _run(self, transport: bool) -> Iterator[Any]:
-        owned, worker = self._owned_splits()
+        override = self._settings.worker_info_override
+        owned, worker = owned_splits(self._rank_splits, override, get_worker_info())
         if worker is not None:
             self._counters.publish_as_worker(worker)
             if not transport:
-                self._set_untracked(True)
-        if transport:
-            _ACTIVE[self._uid] = self  # stays after the end: torch collates the last partial batch later
-        live = _Live(self, owned)
-        self._live = live
+                self._gate.after_untracked_iteration()
+        rows = [np.asarray(self._row_ids[s]) for s in owned]
+        blocks, reader, hook = self._blocks_per_epoch, self._reader, self._timing_hook
+        session = Session(self._settings, owned, rows, self._progress, blocks_per_epoch=blocks, reader=reader,
+                          counters=self._counters, hook=hook)
+        self._lease.session = session
         try:
-            yield from live.items()
+            yield from session.items()
         finally:
-            live.close()
-            self._live = None
+            self._progress = session.progress(self._progress)
+            session.close()
+            self._lease.session = None
             self._counters.idle()
+
+    @property
+    def _reader(self) -> Reader:
+        if self._reader_cache is None:
+            self._reader_cache = self._source.open()
+        return self._reader_cache
 
     # ------------------------------------------------------------ observability
 
     def statistics(self) -> Statistics:
         """A snapshot of the pipeline counters, summed over this process and its workers."""
-        live = self._live
-        if live is None:
-            return self._counters.snapshot()
-        stats, handed = live.statistics()
-        return replace(
-            stats,
-            consumed_rows=stats.consumed_rows + handed,
-            rows_delivered=stats.rows_delivered + handed,
-            prefetch_queue_depth=stats.prefetch_queue_depth - handed,
-        )
+        session = self._lease.session
+        return self._counters.snapshot() if session is None else session.statistics()
 
-    @property
-    def bytes_loaded(self) -> int:
-        """Arrow bytes read from storage, before transforms (cumulative)."""
-        return self.statistics().bytes_loaded
-
-    @property
-    def fetch_time(self) -> float:
-        """Seconds spent in storage reads (cumulative, summed over threads)."""
-        return self.statistics().fetch_time
-
-    @property
-    def transform_time(self) -> float:
-        """Seconds spent in successful transform calls (cumulative)."""
-        return self.statistics().transform_time
-
-    @property
-    def raw_queue_depth(self) -> int:
-        """Rows requested or fetched and waiting for their transform (0 when idle)."""
-        return self.statistics().raw_queue_depth
-
-    @property
-    def prefetch_queue_depth(self) -> int:
-        """Transformed rows waiting to be yielded (0 when idle)."""
-        return self.statistics().prefetch_queue_depth
-
-    @property
-    def unscanned_rows(self) -> int:
-        """Rows of the owned splits not yet requested from storage (0 when idle)."""
-        return self.statistics().unscanned_rows
-
-    @property
-    def rows_skipped(self) -> int:
-        """Rows dropped by ``on_transform_error`` (cumulative)."""
-        return self.statistics().rows_skipped
-
-    @property
-    def consumed_rows(self) -> int:
-        """Rows (packing: documents) yielded by the live iterations (0 when idle)."""
-        return self.statistics().consumed_rows
+    bytes_loaded = StatisticField[int]("Arrow bytes read from storage, before transforms (cumulative).")
+    fetch_time = StatisticField[float]("Seconds spent in storage reads (cumulative, summed over threads).")
+    transform_time = StatisticField[float]("Seconds spent in successful transform calls (cumulative).")
+    raw_queue_depth = StatisticField[int](
+        "Rows requested or fetched and waiting for their transform (0 when idle)."
+    )
+    prefetch_queue_depth = StatisticField[int]("Transformed rows waiting to be yielded (0 when idle).")
+    unscanned_rows = StatisticField[int](
+        "Rows of the owned splits not yet requested from storage (0 when idle)."
+    )
+    rows_skipped = StatisticField[int]("Rows dropped by ``on_transform_error`` (cumulative).")
+    consumed_rows = StatisticField[int](
+        "Rows (packing: documents) yielded by the live iterations (0 when idle)."
+    )
 
     # ------------------------------------------------------------ checkpoints
 
     @property
     def _identity(self) -> ckpt.Identity:
-        packing = None
-        if self._pack_sequences is not None:
-            assert (
-                self._eos_id is not None and self._pad_id is not None and self._blocks_per_epoch is not None
-            )
-            packing = (self._pack_sequences, self._eos_id, self._pad_id, self._blocks_per_epoch)
-        return ckpt.Identity(
-            self._shuffle_seed, self._num_splits, self._epoch, self._perm.fingerprint, packing
-        )
+        return self._settings.identity(self._epoch, self._perm.fingerprint, self._blocks_per_epoch)
 
-    def _current_progress(self) -> ckpt.Progress:
-        live = self._live
-        if live is None:
-            return self._progress
-        return live.progress_now()
+    def _current_progress(self) -> ckpt.State:
+        session = self._lease.session
+        return self._progress if session is None else session.progress(self._progress)
 
     def _snapshot(self) -> dict[str, object]:
         return ckpt.snapshot(self._identity, self._current_progress())
-
-    def _set_untracked(self, value: bool) -> None:
-        shared = self._counters.shared
-        if shared is not None:
-            shared[FLAG_UNTRACKED] = int(value)
-
-    def _untracked(self) -> bool:
-        shared = self._counters.shared
-        return bool(shared is not None and shared[FLAG_UNTRACKED])
 
     def state_dict(self) -> dict[str, object]:
         """The checkpoint: settings plus per-split progress, in ``lancedb.streaming``'s format.
@@ -509,32 +316,8 @@ class StreamingDataset(IterableDataset[Any]):
                 is not at a step boundary where one is needed (packing, or a
                 ``StreamingDataLoader`` with several workers).
         """
-        if self._untracked() and get_worker_info() is None:
-            raise RuntimeError(
-                "a plain torch DataLoader with num_workers > 0 iterated this dataset, so its progress is "
-                "unknown here; use StreamingDataLoader, or load a checkpoint to continue"
-            )
-        if self._invalid_reason is not None:
-            raise RuntimeError(
-                f"checkpointing is disabled because {self._invalid_reason}; load the last good checkpoint "
-                "(load_state_dict) to continue"
-            )
         progress = self._current_progress()
-        if isinstance(progress, ckpt.PackedProgress):
-            counts = {progress.emitted[s] for s in self._rank_splits}
-            if len(counts) > 1:
-                raise RuntimeError(
-                    "packed checkpoints are only exact at step boundaries, when every split of this rank "
-                    f"has emitted the same number of blocks (now {sorted(counts)}); consume more blocks first"
-                )
-        elif self._require_uniform:
-            counts = {progress.samples[s] for s in self._rank_splits}
-            if len(counts) > 1:
-                raise RuntimeError(
-                    "with several StreamingDataLoader workers, checkpoints are only exact at step "
-                    f"boundaries, when every split of this rank has yielded the same number of rows (now "
-                    f"{sorted(counts)}); consume more batches first"
-                )
+        self._gate.check_state_dict(progress, self._rank_splits, in_worker=get_worker_info() is not None)
         return ckpt.snapshot(self._identity, progress)
 
     def load_state_dict(self, state: dict[str, object]) -> None:
@@ -549,11 +332,9 @@ class StreamingDataset(IterableDataset[Any]):
                 packing settings), is malformed, or lies beyond the epoch.
             RuntimeError: an iterator over this dataset is active.
         """
-        self._refuse_while_iterating("load_state_dict")
+        self._lease.refuse_while_active("load_state_dict")
         self._progress = ckpt.parse_for(self._identity, state, self._perm.split_len)
-        self._invalid_reason = None
-        self._require_uniform = False
-        self._set_untracked(False)
+        self._gate.after_load()
 
     @staticmethod
     def merge_state_dicts(states: list[dict[str, object]]) -> dict[str, object]:
@@ -566,11 +347,10 @@ class StreamingDataset(IterableDataset[Any]):
     def _commit(self, state: object, *, require_uniform: bool) -> None:
         """Fold a delivered worker batch's checkpoint into this (parent) dataset."""
         self._progress = ckpt.commit(self._identity, self._progress, state)
-        self._require_uniform = self._require_uniform or require_uniform
+        self._gate.after_commit(require_uniform)
 
     def _invalidate(self, reason: str) -> None:
-        if self._invalid_reason is None:
-            self._invalid_reason = reason
+        self._gate.after_failure(reason)
 
     # ------------------------------------------------------------ pickling
 
@@ -579,277 +359,104 @@ class StreamingDataset(IterableDataset[Any]):
         if self._table is None:
             assert self._table_source is not None
             return self._table_source
-        return describe(
-            self._table,
-            self._perm.base_version,
-            connection_factory=self._connection_factory,
-            keep_credentials=self._keep_credentials,
-        )
-
-    def _shared_rows_file(self) -> str:
-        if self._shm_path is None or not os.path.exists(self._shm_path):
-            directory = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
-            _reclaim_orphans(directory)
-            prefix = f"{_ROWS_PREFIX}{os.getpid()}-"
-            fd, path = tempfile.mkstemp(prefix=prefix, suffix=".npy", dir=directory)
-            with os.fdopen(fd, "wb") as handle:
-                np.save(handle, self._row_ids)
-            weakref.finalize(self, _unlink, path)
-            _CLEANUP.add(path)
-            self._shm_path = path
-        return self._shm_path
+        factory, keep = self._settings.connection_factory, self._settings.keep_credentials
+        version = self._perm.base_version
+        return describe(self._table, version, connection_factory=factory, keep_credentials=keep)
 
     def __getstate__(self) -> dict[str, Any]:
-        if self._live is not None and get_worker_info() is None:
+        if self._lease.session is not None and get_worker_info() is None:
             logger.debug("pickling a dataset while it iterates; the copy starts from the progress so far")
-        spawning = multiprocessing.context.get_spawning_popen() is not None
         state = dict(self.__dict__)
         state["_table"] = None if self._table is None else self._source
         state["_reader_cache"] = None
-        state["_lease_lock"] = None
-        state["_live"] = None
         state["_progress"] = self._current_progress()
         state["_perm"] = replace(self._perm, rows=_NO_ROWS)  # the rows travel once, as _row_ids
-        if spawning:
-            state["_row_ids"] = ("shared", self._shared_rows_file())
-        else:
-            state["_row_ids"] = ("inline", self._row_ids)
-            state["_counters"] = _detached(self._counters)
-        state["_shm_path"] = None
+        state["_row_ids"] = self._row_file.payload(self._row_ids)
+        state["_row_file"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        kind, rows = state.pop("_row_ids")
+        payload = state.pop("_row_ids")
         source: TableSource | None = state.pop("_table")
         self.__dict__.update(state)
-        self._row_ids = np.load(rows, mmap_mode="r") if kind == "shared" else rows
+        self._row_ids = rows_of(payload)
+        self._row_file = RowFile()
         self._table = None
         self._table_source = source
-        self._lease_lock = threading.Lock()
         self._reader_cache = source.open() if source is not None else None
-        self._perm = Permutation(self._row_ids, self._perm.fingerprint, self._perm.base_version)
+        self._perm = SplitRows(self._row_ids, self._perm.fingerprint, self._perm.base_version)
 
     def __repr__(self) -> str:
-        mode = f"pack_sequences={self._pack_sequences}" if self._pack_sequences else "rows"
+        s = self._settings
+        mode = f"pack_sequences={s.pack_sequences}" if s.pack_sequences else "rows"
         return (
-            f"StreamingDataset(num_splits={self._num_splits}, split_size={self._perm.split_len}, "
-            f"rank={self._rank}/{self._world_size}, epoch={self._epoch}, shuffle_seed={self._shuffle_seed}, "
+            f"StreamingDataset(num_splits={s.num_splits}, split_size={self._perm.split_len}, "
+            f"rank={s.rank}/{s.world_size}, epoch={self._epoch}, shuffle_seed={s.shuffle_seed}, "
             f"{mode})"
         )
 
 
 _NO_ROWS = np.zeros((0, 0), dtype=np.uint64)
-_ACTIVE: weakref.WeakValueDictionary[str, StreamingDataset] = weakref.WeakValueDictionary()
-"""Datasets that iterated under StreamingDataLoader in this process, by dataset id."""
-_CLEANUP: set[str] = set()
 
 
-_ROWS_PREFIX = "elastic-loader-rows-"
+class LoaderLink:
+    """What StreamingDataLoader may do with its dataset: the one interface between the two.
 
+    The loader holds the dataset's lease for its whole iteration, checks that
+    its workers and the dataset's progress fit, has torch iterate the items
+    with the consumer-commit transport on (worker processes iterate their own
+    copies), attaches :meth:`snapshot` to every batch, and commits each
+    delivered batch's snapshot into the parent dataset, or closes its
+    checkpoint gate when a batch fails.
+    """
 
-def _reclaim_orphans(directory: str) -> None:
-    """Remove row-id files whose creating process no longer exists (it was killed, say)."""
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return
-    for name in names:
-        if not name.startswith(_ROWS_PREFIX):
-            continue
-        owner = name[len(_ROWS_PREFIX) :].split("-", 1)[0]
-        if not owner.isdigit() or _alive(int(owner)):
-            continue
-        with contextlib.suppress(OSError):
-            os.unlink(os.path.join(directory, name))
+    def __init__(self, dataset: StreamingDataset) -> None:
+        self._dataset = dataset
 
+    @property
+    def packed(self) -> bool:
+        """Packing: checkpoints are only exact at step boundaries."""
+        return self._dataset._settings.packed
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    def check_workers(self, num_workers: int) -> None:
+        """Raise ``ValueError`` when ``num_workers`` cannot share this rank's splits."""
+        check_workers(self._dataset._settings.splits_per_rank, num_workers)
 
+    def acquire(self) -> int:
+        """Take the dataset's lease (one active iterator); ``RuntimeError`` when taken."""
+        return self._dataset._lease.acquire()
 
-def _unlink(path: str) -> None:
-    _CLEANUP.discard(path)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
+    def release(self, token: int) -> None:
+        """Give the lease back."""
+        self._dataset._lease.release(token)
 
-
-@atexit.register
-def _cleanup_all() -> None:
-    for path in list(_CLEANUP):
-        _unlink(path)
-
-
-def _detached(counters: Counters) -> Counters:
-    copy = Counters()
-    copy.__setstate__({"values": counters.__getstate__()["values"], "shared": None})
-    return copy
-
-
-class _Live:
-    """One running iteration over the owned splits."""
-
-    def __init__(self, dataset: StreamingDataset, owned: list[int]) -> None:
-        self.dataset = dataset
-        self.owned = owned
-        self.row_progress: _rows.RowProgress | None = None
-        self.pack_progress: _packing.PackProgress | None = None
-        self.pipeline: _fetch.Pipeline | None = None
+    def check_start(self, num_workers: int) -> None:
+        """Raise ``RuntimeError`` unless the dataset's progress is where a loader may start."""
+        dataset = self._dataset
+        check_loader_start(dataset._current_progress(), dataset._rank_splits, num_workers)
 
     def items(self) -> Iterator[Any]:
-        ds = self.dataset
-        threads = ds._transform_parallelism or os.cpu_count() or 1
-        split_rows = [np.asarray(ds._row_ids[s]) for s in self.owned]
-        progress = ds._progress
-        counters = ds._counters
-        if isinstance(progress, ckpt.RowProgress):
-            samples = [progress.samples[s] for s in self.owned]
-            positions = [progress.positions[s] for s in self.owned]
-            self.row_progress = _rows.RowProgress(samples, positions)
-            feed = _rows.RowFeed(len(self.owned))
-            stage = _rows.make_row_stage(ds._transform, ds._on_transform_error, ds._read_batch_size, counters)
-            holder: list[_fetch.Pipeline] = []
-            tq = ds._transform_queue_depth
+        """The dataset's items for torch (no lease of their own: the loader holds it)."""
+        return self._dataset._iterate(transport=True)
 
-            def want(i: int) -> int:
-                pipe = holder[0]
-                if feed.error[i] is not None:
-                    return 0
-                quota = max(1, -(-pipe.unit_rows // len(self.owned)))
-                target = quota * ds._io_queue_depth
-                if tq is not None:
-                    target = min(target, max(1, tq * ds._read_batch_size))
-                    quota = min(quota, target)
-                return quota if feed.ready(i) + pipe.inflight[i] < target else 0
+    def snapshot(self) -> dict[str, object]:
+        """The checkpoint of this process's dataset right now (no gate: it travels with a batch)."""
+        return self._dataset._snapshot()
 
-            pipeline = _fetch.Pipeline(
-                reader=ds._reader,
-                columns=ds._columns,
-                split_rows=split_rows,
-                start=positions,
-                stage=stage,
-                want=want,
-                io_queue_depth=ds._io_queue_depth,
-                transform_threads=threads,
-                counters=counters,
-                min_unit_rows=ds._read_batch_size,
-                hook=ds._timing_hook,
-            )
-            holder.append(pipeline)
-            self.pipeline = pipeline
-            yield from _rows.iterate(pipeline, feed, self.row_progress, self.owned, counters)
-            return
-        yield from self._packed_items(progress, split_rows, threads)
+    def commit(self, state: object, *, require_uniform: bool) -> None:
+        """Fold a delivered batch's checkpoint into the dataset."""
+        self._dataset._commit(state, require_uniform=require_uniform)
 
-    def _packed_items(
-        self, progress: ckpt.PackedProgress, split_rows: list[np.ndarray], threads: int
-    ) -> Iterator[Any]:
-        ds = self.dataset
-        assert ds._pack_sequences is not None and ds._eos_id is not None and ds._pad_id is not None
-        assert ds._blocks_per_epoch is not None
-        length, eos = ds._pack_sequences, ds._eos_id
-        streams = []
-        for s in self.owned:
-            tokens, starts = progress.buffers.get(s, ([], []))
-            streams.append(_packing.SplitStream(tokens, starts, progress.consumed[s], progress.emitted[s]))
-        feed = _packing.PackFeed(streams, eos, ds._counters)
-        self.pack_progress = _packing.PackProgress(streams)
-        counters = ds._counters
-        stage = _packing.make_doc_stage(ds._on_transform_error, counters)
-        holder: list[_fetch.Pipeline] = []
-        doc_tokens = [float(_FIRST_DOC_GUESS)]
+    def invalidate(self, reason: str) -> None:
+        """A batch failed before it reached the trainer: close the checkpoint gate."""
+        self._dataset._invalidate(reason)
 
-        def want(i: int) -> int:
-            pipe = holder[0]
-            stream = streams[i]
-            if stream.error is not None:
-                return 0
-            if stream.fetched_docs:
-                doc_tokens[0] = max(1.0, stream.fetched_tokens / stream.fetched_docs)
-            per_split = max(length, _TARGET_UNIT_TOKENS // len(streams))
-            buffered = stream.buffered_tokens() + pipe.inflight[i] * doc_tokens[0]
-            if buffered >= per_split * ds._io_queue_depth:
-                return 0
-            # Units start small (fast first block) and grow with the pipeline's unit size.
-            growing = -(-pipe.unit_rows // len(streams))
-            return max(1, min(growing, math.ceil(per_split / doc_tokens[0])))
-
-        pipeline = _fetch.Pipeline(
-            reader=ds._reader,
-            columns=ds._columns,
-            split_rows=split_rows,
-            start=[progress.consumed[s] for s in self.owned],
-            stage=stage,
-            want=want,
-            io_queue_depth=ds._io_queue_depth,
-            transform_threads=threads,
-            counters=counters,
-            min_unit_rows=ds._read_batch_size,
-            sorted_reads=True,
-            hook=ds._timing_hook,
-        )
-        holder.append(pipeline)
-        self.pipeline = pipeline
-        yield from _packing.iterate(
-            pipeline,
-            feed,
-            self.pack_progress,
-            length=length,
-            pad=ds._pad_id,
-            budget=ds._blocks_per_epoch // ds._num_splits,
-            counters=counters,
-        )
-
-    def statistics(self) -> tuple[Statistics, int]:
-        """The counters, and the items of the current chunk handed out but not yet counted.
-
-        Read together under the chunk's lock, so a chunk ending meanwhile is never half seen.
-        """
-        counters = self.dataset._counters
-        if self.row_progress is not None:
-            with self.row_progress.locked():
-                return counters.snapshot(), self.row_progress.cursor
-        if self.pack_progress is not None:
-            with self.pack_progress.locked():
-                return counters.snapshot(), self.pack_progress.docs_pulled()
-        return counters.snapshot(), 0
-
-    def progress_now(self) -> ckpt.Progress:
-        """The dataset's progress with the owned splits' live values."""
-        base = self.dataset._progress
-        if self.row_progress is not None:
-            assert isinstance(base, ckpt.RowProgress)
-            samples, positions = self.row_progress.current()
-            out_s, out_p = list(base.samples), list(base.positions)
-            for i, s in enumerate(self.owned):
-                out_s[s], out_p[s] = samples[i], positions[i]
-            return ckpt.RowProgress(out_s, out_p)
-        if self.pack_progress is not None:
-            assert isinstance(base, ckpt.PackedProgress)
-            consumed, emitted = list(base.consumed), list(base.emitted)
-            buffers = dict(base.buffers)
-            for i, (c, e, tokens, starts) in enumerate(self.pack_progress.current()):
-                s = self.owned[i]
-                consumed[s], emitted[s] = c, e
-                if tokens:
-                    buffers[s] = (tokens, starts)
-                else:
-                    buffers.pop(s, None)
-            return ckpt.PackedProgress(consumed, emitted, buffers)
-        return base
-
-    def close(self) -> None:
-        """Fold the live progress into the dataset and stop the pipeline."""
-        self.dataset._progress = self.progress_now()
-        if self.pipeline is not None:
-            self.pipeline.close()
+    def workers_done(self) -> None:
+        """The loader's workers are gone: zero their gauges."""
+        zero_worker_gauges(self._dataset._counters.shared)
 
 
+@public
 def merge_state_dicts(states: list[dict[str, object]]) -> dict[str, object]:
     """Merge the ``state_dict()`` of every rank, taken at the same global step, into one.
 

@@ -1,10 +1,16 @@
-# StreamingDataLoader: a torch DataLoader whose checkpoints count only delivered batches.
-#
-# Rules: every batch a worker produces carries the worker's checkpoint right
-# after the batch's last item; the parent commits it into its dataset when the
-# batch is returned by next(), never earlier. A failed batch disables
-# checkpoints until a checkpoint is loaded. Workers start with a start method
-# that is safe with LanceDB (not fork) unless the caller chooses one.
+"""StreamingDataLoader: a torch DataLoader whose checkpoints count only delivered batches.
+
+Rules: every batch a worker produces carries the worker's checkpoint right
+after the batch's last item; the parent commits it into its dataset when the
+batch is returned by next(), never earlier. A failed batch disables
+checkpoints until a checkpoint is loaded. Workers start with a start method
+that is safe with LanceDB (not fork) unless the caller chooses one.
+
+The loader reaches its dataset only through ``dataset.LoaderLink``. The collate
+finds the dataset whose checkpoint goes with a batch through torch's worker
+info in a worker process, through the adapter it holds in the main process.
+"""
+
 from __future__ import annotations
 
 import contextlib
@@ -13,10 +19,10 @@ import multiprocessing.context
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
-from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from ._stats import zero_worker_gauges
-from .dataset import _ACTIVE, StreamingDataset
+from .._exports import public
+from .dataset import LoaderLink, StreamingDataset
 
 # Fork is unsafe once LanceDB's runtime threads exist in the parent (the child inherits
 # locks held by threads that do not exist there). A fork server is a fresh process
@@ -64,9 +70,10 @@ class _Adapter(IterableDataset[Any]):
     def __init__(self, dataset: StreamingDataset) -> None:
         super().__init__()
         self.dataset = dataset
+        self.link = LoaderLink(dataset)
 
     def __iter__(self) -> Iterator[Any]:
-        return self.dataset._iterate(transport=True)
+        return self.link.items()
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -79,21 +86,31 @@ class _Adapter(IterableDataset[Any]):
 
 
 class _CommitCollate:
-    """Collate as usual, then attach the producing dataset's checkpoint."""
+    """Collate as usual, then attach the producing dataset's checkpoint.
 
-    def __init__(self, collate_fn: Callable[[Any], Any], key: str) -> None:
+    The producing dataset is the one this process iterates: in a worker
+    process, torch's ``get_worker_info().dataset`` (the worker's copy of the
+    adapter); in the main process (``num_workers=0``), the loader's own adapter,
+    which this collate holds and leaves behind when it is pickled for a worker.
+    """
+
+    def __init__(self, collate_fn: Callable[[Any], Any], adapter: _Adapter) -> None:
         self.collate_fn = collate_fn
-        self.key = key
+        self._adapter: _Adapter | None = adapter
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_adapter": None}
 
     def __call__(self, samples: Any) -> _Delivered:
         try:
             data = self.collate_fn(samples)
         except StopIteration as exc:
             raise RuntimeError("collate_fn raised StopIteration") from exc
-        dataset = _ACTIVE.get(self.key)
-        if dataset is None:
+        info = get_worker_info()
+        adapter = info.dataset if info is not None else self._adapter
+        if not isinstance(adapter, _Adapter):
             raise RuntimeError("StreamingDataLoader collate ran outside of a dataset iteration")
-        return _Delivered(data, dataset._snapshot())
+        return _Delivered(data, adapter.link.snapshot())
 
 
 _END = object()
@@ -115,7 +132,7 @@ class _CommitIterator:
     def __init__(
         self,
         inner: Any,
-        dataset: StreamingDataset,
+        link: LoaderLink,
         token: int,
         require_uniform: bool,
         sync: Any = None,
@@ -123,7 +140,7 @@ class _CommitIterator:
     ) -> None:
         self._inner = inner
         self._length = length
-        self._dataset = dataset
+        self._link = link
         self._token: int | None = token
         self._require_uniform = require_uniform
         self._sync = sync
@@ -145,7 +162,7 @@ class _CommitIterator:
         except StopIteration:
             batch = _END
         except BaseException as exc:
-            self._dataset._invalidate(f"a batch failed before it reached the trainer ({exc!r})")
+            self._link.invalidate(f"a batch failed before it reached the trainer ({exc!r})")
             self._finish()
             raise
         if self._sync is not None and not _all_have(batch is not _END, self._sync):
@@ -156,9 +173,9 @@ class _CommitIterator:
         try:
             if not isinstance(batch, _Delivered):
                 raise RuntimeError("StreamingDataLoader received a batch without its checkpoint")
-            self._dataset._commit(batch.state, require_uniform=self._require_uniform)
+            self._link.commit(batch.state, require_uniform=self._require_uniform)
         except BaseException as exc:
-            self._dataset._invalidate(f"a batch's checkpoint could not be committed ({exc!r})")
+            self._link.invalidate(f"a batch's checkpoint could not be committed ({exc!r})")
             self._finish()
             raise
         return batch.data
@@ -178,8 +195,8 @@ class _CommitIterator:
                 if close is not None:
                     close()
         finally:
-            zero_worker_gauges(self._dataset._counters.shared)
-            self._dataset._release(token)
+            self._link.workers_done()
+            self._link.release(token)
 
     def close(self) -> None:
         """Stop the workers and release the dataset (also done at exhaustion and on garbage collection)."""
@@ -190,6 +207,7 @@ class _CommitIterator:
             self._finish()
 
 
+@public
 class StreamingDataLoader(DataLoader[Any]):
     """A ``torch.utils.data.DataLoader`` whose dataset checkpoints count only delivered batches.
 
@@ -247,13 +265,15 @@ class StreamingDataLoader(DataLoader[Any]):
             kwargs["multiprocessing_context"] = default_context()
         self._streaming_dataset = dataset
         self._sync = None if sync_epoch_end is False or sync_epoch_end is None else sync_epoch_end
-        super().__init__(_Adapter(dataset), *args, **kwargs)
+        adapter = _Adapter(dataset)
+        super().__init__(adapter, *args, **kwargs)
         if self.drop_last:
             raise ValueError(
                 "StreamingDataLoader does not support drop_last=True: the dropped tails would depend on the "
                 "number of workers"
             )
-        self.collate_fn = _CommitCollate(self.collate_fn, dataset._uid)
+        self._link = adapter.link
+        self.collate_fn = _CommitCollate(self.collate_fn, adapter)
 
     @property
     def streaming_dataset(self) -> StreamingDataset:
@@ -261,33 +281,15 @@ class StreamingDataLoader(DataLoader[Any]):
         return self._streaming_dataset
 
     def __iter__(self) -> _CommitIterator:  # type: ignore[override]
-        dataset = self._streaming_dataset
-        workers = self.num_workers
-        k = dataset._splits_per_rank
-        if workers > 1 and k % workers:
-            raise ValueError(
-                f"the {k} splits of this rank cannot be shared by {workers} workers; num_splits / world_size "
-                "must be divisible by num_workers"
-            )
-        token = dataset._acquire()
+        link, workers = self._link, self.num_workers
+        link.check_workers(workers)
+        token = link.acquire()
         try:
-            progress = dataset._current_progress()
-            packed = dataset._pack_sequences is not None
-            if packed:
-                counts = {progress.emitted[s] for s in dataset._rank_splits}  # type: ignore[union-attr]
-            elif workers > 1:
-                counts = {progress.samples[s] for s in dataset._rank_splits}  # type: ignore[union-attr]
-            else:
-                counts = set()
-            if len(counts) > 1:
-                raise RuntimeError(
-                    "StreamingDataLoader must start at a step boundary (every split of this rank at the same "
-                    f"count, now {sorted(counts)}); load a checkpoint taken at a step boundary"
-                )
+            link.check_start(workers)
             inner = super().__iter__()
         except BaseException:
-            dataset._release(token)
+            link.release(token)
             raise
-        return _CommitIterator(
-            inner, dataset, token, require_uniform=workers > 1 or packed, sync=self._sync, length=self.__len__
-        )
+        uniform = workers > 1 or link.packed
+        sync, length = self._sync, self.__len__
+        return _CommitIterator(inner, link, token, require_uniform=uniform, sync=sync, length=length)

@@ -21,7 +21,9 @@ rows or blocks an iterator yields and what its checkpoint says after each one;
 :mod:`.checkpoint` says how checkpoints are written, loaded, merged and
 committed; :mod:`.loader` says how ``StreamingDataLoader`` interleaves worker
 batches and commits them; :mod:`.params` says which parameters are rejected and
-with which exception. :mod:`.invariants` holds one predicate per named
+with which exception. :mod:`.computed` defines the opt-in computed
+permutation, a keyed bijection of storage positions that is never
+materialised (spec/COMPUTED.md). :mod:`.invariants` holds one predicate per named
 invariant of ``spec/INVARIANTS.md``.
 """
 
@@ -39,6 +41,21 @@ from .checkpoint import (
     load_row,
     snapshot_packed,
     snapshot_row,
+)
+from .computed import (
+    ComputedPermutation,
+    computed_fingerprint,
+    computed_index,
+    computed_inverse,
+    computed_locate,
+    computed_order,
+    computed_positions,
+    computed_splits,
+    feistel_decrypt,
+    feistel_encrypt,
+    half_width,
+    mix64,
+    round_keys,
 )
 from .errors import SpecError, SpecRuntimeError, SpecTypeError, SpecValueError
 from .loader import (
@@ -117,6 +134,20 @@ __all__ = [
     "perm_fingerprint",
     "rank_splits",
     "worker_blocks",
+    # the computed permutation
+    "ComputedPermutation",
+    "computed_fingerprint",
+    "computed_index",
+    "computed_inverse",
+    "computed_locate",
+    "computed_order",
+    "computed_positions",
+    "computed_splits",
+    "feistel_decrypt",
+    "feistel_encrypt",
+    "half_width",
+    "mix64",
+    "round_keys",
     # parameters
     "EPOCH_PRIME",
     "DEFAULT_IO_QUEUE_DEPTH",

@@ -26,6 +26,13 @@ from .checkpoint import (
     snapshot_packed,
     snapshot_row,
 )
+from .computed import (
+    ComputedPermutation,
+    computed_index,
+    computed_inverse,
+    computed_locate,
+    computed_positions,
+)
 from .errors import InvariantViolation
 from .errors import check as _check
 from .loader import LoaderRun, global_steps, topology_steps
@@ -44,6 +51,7 @@ from .topology import (
 INVARIANT_NAMES = (
     "PartitionInv",
     "SplitSizeInv",
+    "ComputedBijectionInv",
     "ProgressBoundsInv",
     "SkipAccountingInv",
     "HonestProgressInv",
@@ -108,6 +116,54 @@ def SplitSizeInv(order: Sequence[int], num_splits: int, perm: Permutation) -> No
         [r for s in perm for r in s] == list(order[: num_splits * m]), "SplitSizeInv", "splits reorder rows"
     )
     _check(len(order) - num_splits * m < num_splits, "SplitSizeInv", "more than S-1 rows dropped")
+
+
+def _slot(perm: ComputedPermutation, i: int) -> tuple[int, int] | None:
+    """The ``(split, position)`` reading index ``i`` of the permuted order; ``None`` past ``S*m``."""
+    m = perm.split_len
+    return (i // m, i % m) if i < perm.num_splits * m else None
+
+
+def _computed_point(perm: ComputedPermutation, i: int) -> None:
+    """Index ``i``: ``f(i)`` in range, inverted by ``f^-1``, located at and read by its split slot."""
+    y = computed_index(perm, i)
+    _check(0 <= y < perm.num_rows, "ComputedBijectionInv", f"f({i}) = {y} outside [0, {perm.num_rows})")
+    _check(computed_inverse(perm, y) == i, "ComputedBijectionInv", f"f^-1(f({i})) != {i}")
+    slot = _slot(perm, i)
+    _check(computed_locate(perm, y) == slot, "ComputedBijectionInv", f"position {y} is not read by {slot}")
+    if slot is not None:
+        got = computed_positions(perm, slot[0], slot[1], 1)
+        _check(got == (y,), "ComputedBijectionInv", f"split {slot[0]} position {slot[1]} reads {got}")
+
+
+def ComputedBijectionInv(perm: ComputedPermutation, indices: Sequence[int] | None = None) -> None:
+    """``f`` is a bijection of ``[0, N)``, ``f^-1`` its inverse, and the cut reads ``S * (N // S)`` positions.
+
+    Without ``indices`` every index is checked: the values ``f(0..N-1)`` are
+    exactly ``0..N-1``, ``f^-1`` inverts each, every position is located at
+    the split slot that reads it, and the ``S`` splits of ``m`` rows read
+    ``f(0..S*m-1)`` in order, so ``S*m`` distinct positions. With ``indices``
+    (tables too large to enumerate) only those indices are checked, which
+    still rules out a collision among them (``f^-1`` is a left inverse).
+    """
+    n, s_, m = perm.num_rows, perm.num_splits, perm.split_len
+    _check(m == n // s_ and m >= 1, "ComputedBijectionInv", f"split length {m} for {n} rows in {s_} splits")
+    if indices is not None:
+        for i in indices:
+            _computed_point(perm, i)
+        return
+    order = [computed_index(perm, i) for i in range(n)]
+    _check(
+        sorted(order) == list(range(n)), "ComputedBijectionInv", lambda: f"f is not onto [0, {n}): {order}"
+    )
+    for i, y in enumerate(order):
+        _check(computed_inverse(perm, y) == i, "ComputedBijectionInv", f"f^-1(f({i})) != {i}")
+        _check(computed_locate(perm, y) == _slot(perm, i), "ComputedBijectionInv", f"position {y} misplaced")
+    splits = [computed_positions(perm, s, 0, m) for s in range(s_)]
+    _check(all(len(split) == m for split in splits), "ComputedBijectionInv", "a split has the wrong length")
+    flat = [y for split in splits for y in split]
+    _check(flat == order[: s_ * m], "ComputedBijectionInv", "the splits do not read f(0..S*m-1) in order")
+    _check(len(set(flat)) == s_ * m, "ComputedBijectionInv", "the splits read a position twice")
 
 
 # ---------------------------------------------------------------- row progress

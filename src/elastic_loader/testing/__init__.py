@@ -20,22 +20,25 @@ Hypothesis, LanceDB nor torch.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from .adapters import DatasetLike, Implementation, ModuleImplementation, implementation_from_module
-    from .conformance import (
-        KNOWN_REFERENCE_RESULTS,
-        ConformanceReport,
-        InvariantResult,
-        ProgressEvent,
-        VectorResult,
-        conformance_settings,
-        resolve_implementation,
-        run_conformance,
-    )
-    from .vectors import load_vectors, run_family
+from .._exports import lazy_exports
+
+if TYPE_CHECKING:  # the same names as _EXPORTS (tests/test_exports.py checks it)
+    from .adapters import DatasetLike as DatasetLike
+    from .adapters import Implementation as Implementation
+    from .adapters import ModuleImplementation as ModuleImplementation
+    from .adapters import implementation_from_module as implementation_from_module
+    from .conformance import KNOWN_REFERENCE_RESULTS as KNOWN_REFERENCE_RESULTS
+    from .conformance import ConformanceReport as ConformanceReport
+    from .conformance import InvariantResult as InvariantResult
+    from .conformance import ProgressEvent as ProgressEvent
+    from .conformance import VectorResult as VectorResult
+    from .conformance import conformance_settings as conformance_settings
+    from .conformance import resolve_implementation as resolve_implementation
+    from .conformance import run_conformance as run_conformance
+    from .vectors import load_vectors as load_vectors
+    from .vectors import run_family as run_family
 
 _EXPORTS = {
     "run_conformance": ".conformance",
@@ -53,33 +56,8 @@ _EXPORTS = {
     "load_vectors": ".vectors",
     "run_family": ".vectors",
 }
+"""Every public name, and the module that defines it (loaded on first use)."""
 
-__all__ = [
-    "run_conformance",
-    "ConformanceReport",
-    "InvariantResult",
-    "VectorResult",
-    "ProgressEvent",
-    "conformance_settings",
-    "resolve_implementation",
-    "KNOWN_REFERENCE_RESULTS",
-    "Implementation",
-    "DatasetLike",
-    "ModuleImplementation",
-    "implementation_from_module",
-    "load_vectors",
-    "run_family",
-]
+__all__ = [*_EXPORTS]
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'elastic_loader.testing' has no attribute {name!r}")
-    value = getattr(import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, __all__)

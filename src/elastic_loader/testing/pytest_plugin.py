@@ -43,7 +43,7 @@ _IMPLEMENTATION: pytest.StashKey[Implementation] = pytest.StashKey()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    """Register the ``--elastic-loader-*`` options."""
+    """Register the ``--elastic-loader-*`` options (those of :data:`~.defaults.OPTIONS` the plugin has)."""
     group = parser.getgroup("elastic-loader", "elastic-loader conformance suite")
     group.addoption(
         "--elastic-loader-impl",
@@ -52,43 +52,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="run the elastic-loader conformance suite against this implementation of the "
         "lancedb.streaming API (a module, or MODULE:FACTORY)",
     )
-    group.addoption(
-        "--elastic-loader-machines",
-        default=",".join(defaults.MACHINES),
-        metavar="LIST",
-        help=f"state machines to run (default: {','.join(defaults.MACHINES)})",
-    )
-    group.addoption(
-        "--elastic-loader-examples",
-        type=int,
-        default=defaults.EXAMPLES,
-        metavar="N",
-        help=f"examples ({defaults.EXAMPLES})",
-    )
-    group.addoption(
-        "--elastic-loader-steps",
-        type=int,
-        default=defaults.STEPS,
-        metavar="N",
-        help=f"steps per example ({defaults.STEPS})",
-    )
-    group.addoption(
-        "--elastic-loader-process-examples",
-        type=int,
-        default=defaults.PROCESS_EXAMPLES,
-        metavar="N",
-        help=f"examples of the worker-process machine ({defaults.PROCESS_EXAMPLES})",
-    )
-    group.addoption("--elastic-loader-seed", type=int, default=None, metavar="N", help="Hypothesis seed")
-    group.addoption(
-        "--elastic-loader-shrink-seconds",
-        type=int,
-        default=defaults.SHRINK_SECONDS,
-        metavar="S",
-        help=f"stop shrinking one violation after S seconds ({defaults.SHRINK_SECONDS})",
-    )
-    group.addoption("--elastic-loader-no-shrink", action="store_true", help="do not shrink violations")
-    group.addoption("--elastic-loader-no-vectors", action="store_true", help="skip the JSON vectors")
+    for option in defaults.OPTIONS:
+        if not option.plugin:
+            continue
+        flag = f"--elastic-loader-{option.name}"
+        if option.kind == "flag":
+            group.addoption(flag, action="store_true", help=option.help)
+        elif option.kind == "machines":
+            group.addoption(
+                flag, default=",".join(defaults.MACHINES), metavar=option.metavar, help=option.help
+            )
+        else:
+            group.addoption(flag, type=int, default=option.default, metavar=option.metavar, help=option.help)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -16,15 +16,19 @@ invents a progress state that no sequence of iterations, checkpoints and merges
 could produce.
 
 This module imports Hypothesis but not pytest, so an outside implementation
-can reuse it from any test runner.
+can reuse it from any test runner. It is longer than 600 lines on purpose: it
+is one flat catalogue whose names outside test suites import, and which
+``spec/DEFINITIONS.md`` links to by file; splitting it would put those names
+behind re-exports.
 """
 
 from __future__ import annotations
 
 import functools
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from hypothesis import strategies as st
 
@@ -69,6 +73,9 @@ ROW_ID_LIMIT = 1000
 
 Corpus = Mapping[int, tuple[int, ...]]
 """Row id -> the token list of that document (packing mode)."""
+
+StateT = TypeVar("StateT")
+ItemT = TypeVar("ItemT")
 
 
 # ---------------------------------------------------------------- sizes and topology
@@ -243,19 +250,67 @@ def fault_sets(
     return Faults(skipped, raising)
 
 
-# ---------------------------------------------------------------- reachable row states
+# ---------------------------------------------------------------- reachable states (session histories)
 
 
 @dataclass(frozen=True)
-class RowProgress:
-    """A reachable row-mode state and every row the consumer received on the way."""
+class SessionHistory(Generic[StateT, ItemT]):
+    """A reachable state and every item the consumer received on the way there."""
 
-    state: RowState
+    state: StateT
     """The merged checkpoint after the last session."""
-    delivered: tuple[Yielded, ...]
-    """Rows received across all sessions (per iterator in order; iterators one after another)."""
+    delivered: tuple[ItemT, ...]
+    """Items received across all sessions (per iterator in order; iterators one after another)."""
     sessions: int
     """How many sessions (iterate, checkpoint, merge) produced ``state``."""
+
+
+@dataclass(frozen=True)
+class RowHistory(SessionHistory[RowState, Yielded]):
+    """A generated row-mode session history: a reachable state and the rows delivered on the way."""
+
+
+@dataclass(frozen=True)
+class PackedHistory(SessionHistory[PackedState, Block]):
+    """A generated packed session history: a reachable state and the blocks delivered on the way."""
+
+
+Steps = tuple[Sequence[ItemT], Callable[[int], StateT]]
+"""One iterator's run as the session loop needs it: its items, and the state after the first ``n``."""
+
+
+def _draw_sessions(
+    draw: st.DrawFn,
+    num_splits: int,
+    initial: StateT,
+    iterate: Callable[[tuple[int, ...], StateT], Steps[ItemT, StateT]],
+    join: Callable[[StateT, StateT], StateT],
+    aligned: Callable[[int, int], bool],
+    max_sessions: int,
+) -> tuple[StateT, tuple[ItemT, ...], int]:
+    """The session loop of :func:`row_progress` and :func:`packed_progress`.
+
+    Each session draws a job shape, runs every iterator of the job from the
+    current state and joins their states after drawn cuts: session ``i`` of
+    ``n`` stops every iterator after the same number of whole cycles when
+    ``aligned(i, n)``, else each after its own number of items.
+    """
+    state = initial
+    delivered: list[ItemT] = []
+    sessions = draw(_sessions(max_sessions))
+    for i in range(sessions):
+        world_size, num_workers = draw(job_shapes(num_splits))
+        iterators = job_iterators(num_splits, world_size, num_workers)
+        runs = [iterate(owned, state) for owned in iterators]
+        if aligned(i, sessions):
+            cycles = draw(_upto(min(len(items) // len(o) for (items, _), o in zip(runs, iterators))))
+            cuts = [cycles * len(owned) for owned in iterators]
+        else:
+            cuts = [draw(_upto(len(items))) for items, _ in runs]
+        state = functools.reduce(join, [after(k) for (_, after), k in zip(runs, cuts)])
+        for (items, _), k in zip(runs, cuts):
+            delivered.extend(items[:k])
+    return state, tuple(delivered), sessions
 
 
 @st.composite
@@ -266,7 +321,7 @@ def row_progress(
     *,
     aligned: bool = False,
     max_sessions: int = MAX_SESSIONS,
-) -> RowProgress:
+) -> RowHistory:
     """Run the model from the initial state through up to ``max_sessions`` sessions.
 
     A session draws a job shape (:func:`job_shapes`), runs every iterator of
@@ -285,23 +340,15 @@ def row_progress(
         max_sessions: upper bound of the drawn session count (0 gives the
             initial state).
     """
-    num_splits = len(perm)
-    state = initial_row_state(num_splits)
-    delivered: list[Yielded] = []
-    sessions = draw(_sessions(max_sessions))
-    for _ in range(sessions):
-        world_size, num_workers = draw(job_shapes(num_splits))
-        iterators = job_iterators(num_splits, world_size, num_workers)
-        runs = [iterate_rows(perm, faults, owned, state) for owned in iterators]
-        if aligned:
-            cycles = draw(_upto(min(len(r.rows) // len(o) for r, o in zip(runs, iterators))))
-            cuts = [cycles * len(owned) for owned in iterators]
-        else:
-            cuts = [draw(_upto(len(run.rows))) for run in runs]
-        state = functools.reduce(join_row, [run.state_after(k) for run, k in zip(runs, cuts)])
-        for run, k in zip(runs, cuts):
-            delivered.extend(run.rows[:k])
-    return RowProgress(state, tuple(delivered), sessions)
+
+    def iterate(owned: tuple[int, ...], start: RowState) -> Steps[Yielded, RowState]:
+        run = iterate_rows(perm, faults, owned, start)
+        return run.rows, run.state_after
+
+    state, delivered, sessions = _draw_sessions(
+        draw, len(perm), initial_row_state(len(perm)), iterate, join_row, lambda i, n: aligned, max_sessions
+    )
+    return RowHistory(state, delivered, sessions)
 
 
 def reachable_row_states(
@@ -397,15 +444,6 @@ def corpora(perm: Permutation, *, max_tokens: int = MAX_DOC_TOKENS) -> st.Search
     return st.fixed_dictionaries({row: token_lists(max_tokens) for row in permutation_rows(perm)})
 
 
-@dataclass(frozen=True)
-class PackedProgress:
-    """A reachable packed state and every block the consumer received on the way."""
-
-    state: PackedState
-    delivered: tuple[Block, ...]
-    sessions: int
-
-
 @st.composite
 def packed_progress(
     draw: st.DrawFn,
@@ -416,7 +454,7 @@ def packed_progress(
     *,
     aligned: bool = True,
     max_sessions: int = MAX_PACKED_SESSIONS,
-) -> PackedProgress:
+) -> PackedHistory:
     """Run the packed model from the initial state through up to ``max_sessions`` sessions.
 
     Each session draws a job shape, runs every iterator from the current
@@ -435,23 +473,21 @@ def packed_progress(
             be resumed or merged with ``merge_state_dicts``.
         max_sessions: upper bound of the drawn session count.
     """
-    num_splits = len(perm)
-    state = initial_packed_state(num_splits)
-    delivered: list[Block] = []
-    sessions = draw(_sessions(max_sessions))
-    for i in range(sessions):
-        world_size, num_workers = draw(job_shapes(num_splits))
-        iterators = job_iterators(num_splits, world_size, num_workers)
-        runs = [iterate_packed(perm, corpus, faults, owned, config, state) for owned in iterators]
-        if not aligned and i == sessions - 1:
-            cuts = [draw(_upto(len(run.blocks))) for run in runs]
-        else:
-            cycles = draw(_upto(min(len(r.blocks) // len(o) for r, o in zip(runs, iterators))))
-            cuts = [cycles * len(owned) for owned in iterators]
-        state = functools.reduce(join_packed, [run.state_after(k) for run, k in zip(runs, cuts)])
-        for run, k in zip(runs, cuts):
-            delivered.extend(run.blocks[:k])
-    return PackedProgress(state, tuple(delivered), sessions)
+
+    def iterate(owned: tuple[int, ...], start: PackedState) -> Steps[Block, PackedState]:
+        run = iterate_packed(perm, corpus, faults, owned, config, start)
+        return run.blocks, run.state_after
+
+    state, delivered, sessions = _draw_sessions(
+        draw,
+        len(perm),
+        initial_packed_state(len(perm)),
+        iterate,
+        join_packed,
+        lambda i, n: aligned or i != n - 1,
+        max_sessions,
+    )
+    return PackedHistory(state, delivered, sessions)
 
 
 def reachable_packed_states(
@@ -595,11 +631,12 @@ __all__ = [
     "ROW_ID_LIMIT",
     "Corpus",
     "PackedCase",
-    "PackedProgress",
+    "PackedHistory",
     "PackedRunCase",
     "PermutationCase",
     "RowCase",
-    "RowProgress",
+    "RowHistory",
+    "SessionHistory",
     "corpora",
     "divisors",
     "doc_length_tables",

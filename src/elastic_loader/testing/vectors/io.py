@@ -1,4 +1,4 @@
-"""Language-neutral test vectors: generate, check, and read them.
+"""The vector files: generate, check and read them (the ``python -m`` command lives here).
 
 Usage::
 
@@ -6,7 +6,7 @@ Usage::
     python -m elastic_loader.testing.vectors check [--dir spec/vectors]
 
 ``generate`` writes one ``<family>.json`` per family of
-:mod:`elastic_loader.testing.vector_cases`; the text is canonical (fixed key
+:mod:`elastic_loader.testing.vectors.families`; the text is canonical (fixed key
 order, sets sorted, no timestamps), so regenerating is byte-identical.
 ``check`` regenerates in memory, compares with the files, prints every
 difference case by case, and exits 1 if there is one.
@@ -27,24 +27,15 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TypedDict, cast
 
-from .vector_cases import (
-    FAMILIES,
-    FORMAT_VERSION,
-    Json,
-    JsonObject,
-    VectorFormatError,
-    decode_value,
-    replay,
-)
+from .codec import FORMAT_VERSION, Json, JsonObject, VectorFormatError
+from .families import FAMILIES
 
 __all__ = [
-    "FAMILIES",
-    "FORMAT_VERSION",
     "REGENERATE",
-    "check",
+    "WIDTH",
     "VectorCase",
     "VectorFile",
-    "decode_value",
+    "check",
     "default_directory",
     "describe_differences",
     "dumps",
@@ -52,11 +43,12 @@ __all__ = [
     "load_vectors",
     "main",
     "render_family",
-    "replay",
     "run_family",
 ]
 
 REGENERATE = "python -m elastic_loader.testing.vectors generate"
+DESCRIPTION = "Language-neutral test vectors: generate, check, and read them."
+"""The command's description (``--help``)."""
 WIDTH = 100
 """A container whose compact form fits in this many columns (with its indent) stays on one line."""
 
@@ -153,7 +145,7 @@ def default_directory() -> Path:
     env = os.environ.get("ELASTIC_LOADER_VECTORS")
     if env:
         return Path(env)
-    checkout = Path(__file__).resolve().parents[3] / "spec"
+    checkout = Path(__file__).resolve().parents[4] / "spec"
     if checkout.is_dir():
         return checkout / "vectors"
     return Path("spec") / "vectors"
@@ -230,23 +222,48 @@ def describe_differences(name: str, expected: str, actual: str | None, max_lines
         new = json.loads(expected)
     except json.JSONDecodeError as error:
         return [f"{name}: committed file is not valid JSON ({error})"]
-    out: list[str] = []
-    for key in ("family", "format_version", "summary", "regenerate"):
-        if old.get(key) != new.get(key):
-            out.append(f"{name}: {key} is {old.get(key)!r}, expected {new.get(key)!r}")
-    old_cases = {c.get("name"): c for c in old.get("cases", []) if isinstance(c, dict)}
-    new_cases = {c["name"]: c for c in new["cases"]}
-    for case_name in new_cases.keys() - old_cases.keys():
-        out.append(f"{name}: case {case_name!r} is missing from the committed file")
-    for case_name in old_cases.keys() - new_cases.keys():
-        out.append(f"{name}: case {case_name!r} is committed but no longer generated")
+    out = [
+        f"{name}: {key} is {old.get(key)!r}, expected {new.get(key)!r}"
+        for key in ("family", "format_version", "summary", "regenerate")
+        if old.get(key) != new.get(key)
+    ]
+    old_cases = [c for c in old.get("cases", []) if isinstance(c, dict)]
+    out += _case_differences(name, old_cases, new["cases"], max_lines)
+    if [c.get("name") for c in old_cases] != list(dict.fromkeys(c["name"] for c in new["cases"])) and not out:
+        out.append(f"{name}: cases are in a different order")
+    if not out:
+        line = next(
+            i
+            for i, (a, b) in enumerate(zip([*actual.splitlines(), ""], [*expected.splitlines(), ""]))
+            if a != b
+        )
+        out.append(f"{name}: same content, different formatting from line {line + 1}")
+    return out
+
+
+def _case_differences(
+    name: str,
+    committed: Sequence[Mapping[str, Json]],
+    generated: Sequence[Mapping[str, Json]],
+    max_lines: int,
+) -> list[str]:
+    """Cases missing from either side, and a diff of every case whose content differs."""
+    old_cases = {c.get("name"): c for c in committed}
+    new_cases = {c["name"]: c for c in generated}
+    out = [
+        f"{name}: case {n!r} is missing from the committed file" for n in new_cases.keys() - old_cases.keys()
+    ]
+    out += [
+        f"{name}: case {n!r} is committed but no longer generated"
+        for n in old_cases.keys() - new_cases.keys()
+    ]
     for case_name, case in new_cases.items():
-        committed = old_cases.get(case_name)
-        if committed is None or committed == case:
+        old = old_cases.get(case_name)
+        if old is None or old == case:
             continue
         diff = difflib.unified_diff(
-            dumps(committed).splitlines(),
-            dumps(case).splitlines(),
+            dumps(cast(Json, old)).splitlines(),
+            dumps(cast(Json, case)).splitlines(),
             "committed",
             "generated",
             lineterm="",
@@ -257,15 +274,6 @@ def describe_differences(name: str, expected: str, actual: str | None, max_lines
             [f"... {len(lines) - max_lines} more diff lines"] if len(lines) > max_lines else []
         )
         out.append(f"{name}: case {case_name!r} differs:\n" + "\n".join(shown))
-    if [c.get("name") for c in old.get("cases", []) if isinstance(c, dict)] != list(new_cases) and not out:
-        out.append(f"{name}: cases are in a different order")
-    if not out:
-        line = next(
-            i
-            for i, (a, b) in enumerate(zip([*actual.splitlines(), ""], [*expected.splitlines(), ""]))
-            if a != b
-        )
-        out.append(f"{name}: same content, different formatting from line {line + 1}")
     return out
 
 
@@ -295,9 +303,7 @@ def check(directory: Path, fresh: Mapping[str, str] | None = None) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m elastic_loader.testing.vectors``."""
-    parser = argparse.ArgumentParser(
-        prog="python -m elastic_loader.testing.vectors", description=(__doc__ or "").split("\n")[0]
-    )
+    parser = argparse.ArgumentParser(prog="python -m elastic_loader.testing.vectors", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True)
     gen = sub.add_parser("generate", help="write one JSON file per family")
     gen.add_argument("--out", type=Path, default=None, help="output directory (default: spec/vectors)")
@@ -324,7 +330,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     print(f"{directory}: all {len(FAMILIES)} families match the model")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

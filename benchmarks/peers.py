@@ -1,0 +1,210 @@
+"""elastic-loader against peer loaders in one run: throughput ratios and shuffle quality.
+
+Usage (``make bench-peers`` installs the peers first)::
+
+    .venv/bin/python benchmarks/peers.py [--rows 2000000] [--docs 200000] [--rounds 3]
+        [--large] [--only NAME,...] [--skip NAME,...] [--no-packing] [--save | --json PATH]
+
+Rules:
+
+* Every loader reads the same table (``peer_workloads``); copies in other formats are
+  built once before timing and reused. A loader whose package is missing is reported
+  as skipped, never as a failure.
+* Rounds are interleaved (A, B, C, ..., A, B, C, ...); the table shows the median of
+  each loader's rounds and its ratio to elastic-loader's defaults (``elastic_loader``).
+  Times include constructing the dataset (and starting workers where there are any).
+* Row mode: items are rows delivered; the quality columns come from the ids of the
+  first round (``quality.py`` defines them; they are the same in every round, since
+  every shuffle is seeded). Packing: items are tokens delivered in 2048-token blocks.
+* ``--large`` (or ``BENCH_LARGE=1``) uses 100,000,000 rows; never in CI. At 2,000,000 rows
+  the table and its litdata and MDS copies took 10 s, 3 min and 1 min to build and 316,
+  218 and 195 MB of disk (a shared 2-core machine); 50 times that is about 3.5 hours and
+  36 GB.
+* Results go to ``benchmarks/peers.local.json`` (git-ignored) or, with ``--save``, the
+  committed ``benchmarks/peers.json``; both record the environment (``meta.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import numpy as np
+
+import meta
+import peer_workloads as pw
+import quality
+import workloads as w
+
+DEFAULT_ROWS = 2_000_000
+LARGE_ROWS = 100_000_000
+DEFAULT_DOCS = 200_000
+BASELINE = "elastic_loader"
+
+
+def _items(result: Any) -> int:
+    return len(result) if isinstance(result, np.ndarray) else int(result)
+
+
+def measure(runs: dict[str, Callable[[], Any]], rounds: int, on_first: Callable[[str, Any], None]) -> dict:
+    """Seconds and items/s of every run over interleaved rounds; ``on_first`` sees each first result."""
+    samples: dict[str, list[float]] = {name: [] for name in runs}
+    counts: dict[str, list[int]] = {name: [] for name in runs}
+    for r in range(rounds):
+        for name, run in runs.items():
+            t0 = time.perf_counter()
+            result = run()
+            seconds = time.perf_counter() - t0
+            items = _items(result)
+            samples[name].append(items / seconds)
+            counts[name].append(items)
+            print(
+                f"  round {r + 1}/{rounds} {name:22s} {items / seconds:>14,.0f} items/s ({seconds:.2f} s)",
+                flush=True,
+            )
+            if r == 0:
+                on_first(name, result)
+            del result
+    return {
+        name: {"items_per_s": statistics.median(v), "rounds_items_per_s": v, "rounds_items": counts[name]}
+        for name, v in samples.items()
+    }
+
+
+def select(loaders: Sequence[pw.Loader], only: set[str], skip: set[str]) -> tuple[list[pw.Loader], dict]:
+    """The loaders to run, and why the others do not (not selected, package missing)."""
+    chosen, skipped = [], {}
+    for loader in loaders:
+        if (only and loader.name not in only) or loader.name in skip:
+            continue
+        if loader.requires is not None and not pw.installed(loader.requires):
+            skipped[loader.name] = (
+                f"skipped: {loader.requires} is not installed (make bench-peers installs it)"
+            )
+            continue
+        chosen.append(loader)
+    return chosen, skipped
+
+
+def _finish(measured: dict, chosen: Sequence[pw.Loader], skipped: dict) -> dict:
+    base = measured.get(BASELINE, {}).get("items_per_s")
+    out: dict[str, Any] = {}
+    for loader in chosen:
+        entry = {"description": loader.description, **measured[loader.name]}
+        entry["ratio_to_elastic_loader"] = None if not base else entry["items_per_s"] / base
+        out[loader.name] = entry
+    return {**out, **{name: {"skipped": why} for name, why in skipped.items()}}
+
+
+def row_workload(rows: int, rounds: int, only: set[str], skip: set[str]) -> dict:
+    table = w.rows_table(rows)
+    chosen, skipped = select(pw.ROW_LOADERS, only, skip)
+    print(f"row mode: {rows:,} rows; preparing {', '.join(x.name for x in chosen)}", flush=True)
+    runs = {loader.name: loader.make(table) for loader in chosen}
+    found: dict[str, dict] = {}
+
+    def judge(name: str, ids: Any) -> None:
+        found[name] = {
+            "delivered": len(ids),
+            "distinct": len(np.unique(ids)),
+            "quality": quality.summary(ids, rows),
+        }
+
+    measured = measure(runs, rounds, judge)
+    for name, extra in found.items():
+        measured[name].update(extra)
+    return {"table_rows": rows, "unit": "rows/s", "loaders": _finish(measured, chosen, skipped)}
+
+
+def packing_workload(docs: int, rounds: int, only: set[str], skip: set[str]) -> dict:
+    spec = pw.token_spec(docs)
+    table = w.token_table(spec)
+    chosen, skipped = select(pw.TOKEN_LOADERS, only, skip)
+    print(f"packing: {docs:,} documents of 128-2048 tokens, L={spec.pack}", flush=True)
+    runs = {loader.name: loader.make(table, spec) for loader in chosen}
+    measured = measure(runs, rounds, lambda name, tokens: None)
+    return {
+        "documents": docs,
+        "pack": spec.pack,
+        "unit": "tokens/s",
+        "loaders": _finish(measured, chosen, skipped),
+    }
+
+
+def print_table(title: str, workload: dict) -> None:
+    print(f"\n{title} ({workload['unit']})")
+    header = f"{'loader':22s} {'items/s':>13s} {'ratio':>7s}"
+    if any("quality" in entry for entry in workload["loaders"].values()):
+        header += f" {'|corr|':>7s} {'adjacent':>8s} {'head10':>7s} {'headKS':>7s} {'rows':>12s}"
+    print(header)
+    for name, entry in workload["loaders"].items():
+        if "skipped" in entry:
+            print(f"{name:22s} {entry['skipped']}")
+            continue
+        ratio = entry["ratio_to_elastic_loader"]
+        line = f"{name:22s} {entry['items_per_s']:>13,.0f} {'' if ratio is None else f'{ratio:.2f}':>7s}"
+        q = entry.get("quality")
+        if q is not None:
+            line += (
+                f" {q['abs_corr']:>7.3f} {q['adjacent']:>8.3f} {q['head_decile_spread']:>7.3f}"
+                f" {q['head_ks']:>7.3f} {entry['delivered']:>12,d}"
+            )
+        print(line)
+
+
+def _names(text: str) -> set[str]:
+    return {name for name in text.split(",") if name}
+
+
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rows", type=int, default=None, help=f"row-table size (default {DEFAULT_ROWS:,})")
+    parser.add_argument("--large", action="store_true", help=f"{LARGE_ROWS:,} rows (also BENCH_LARGE=1)")
+    parser.add_argument("--docs", type=int, default=DEFAULT_DOCS, help="documents of the packing table")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--only", type=_names, default=set(), help="comma-separated loader names")
+    parser.add_argument("--skip", type=_names, default=set(), help="comma-separated loader names")
+    parser.add_argument("--no-packing", action="store_true")
+    parser.add_argument("--no-rows", action="store_true")
+    parser.add_argument("--json", type=Path, default=None, help="write the results here instead")
+    parser.add_argument(
+        "--save", action="store_true", help="write the committed peers.json (else peers.local.json)"
+    )
+    args = parser.parse_args(argv)
+    large = args.large or os.environ.get("BENCH_LARGE") == "1"
+    args.rows = args.rows or (LARGE_ROWS if large else DEFAULT_ROWS)
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse(argv)
+    w.quiet()
+    results: dict[str, Any] = {
+        "environment": meta.environment(),
+        "rounds": args.rounds,
+        "quality_definitions": quality.DEFINITIONS,
+    }
+    if not args.no_rows:
+        results["rows"] = row_workload(args.rows, args.rounds, args.only, args.skip)
+        print_table(f"row mode, {args.rows:,} rows", results["rows"])
+    if not args.no_packing:
+        results["packing"] = packing_workload(args.docs, args.rounds, args.only, args.skip)
+        print_table(f"packing, {args.docs:,} documents, L=2048", results["packing"])
+    print("\nratio: median items/s over elastic_loader's; |corr|, adjacent, head10 (first-1% decile spread),")
+    print("headKS: shuffle quality of the delivered id order, 0 is best (benchmarks/quality.py)")
+    meta.write(args.json or meta.results_path("peers", args.save), results)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

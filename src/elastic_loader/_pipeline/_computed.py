@@ -1,0 +1,207 @@
+"""The computed permutation, vectorised (opt-in; spec/COMPUTED.md defines it).
+
+Rules: storage positions are numpy uint64 and every operation wraps modulo
+2**64, exactly as the definition says, so results are bit-identical to the
+executable spec (a differential test compares them). Nothing here grows with
+the table: an instance holds its four parameters and eight round keys, and
+pickles as the four parameters. Cycle-walking re-applies the network only to
+the elements still outside [0, N). Reading by storage position uses Lance's
+``take``, whose indices count the live rows of a pinned dataset version in
+fragment order (tests/pipeline/test_pipe_computed.py checks this, deletions
+included). This module never imports the spec.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from ._lance import EPOCH_PRIME
+
+ALGORITHM = "feistel8-splitmix64-v1"
+ROUNDS = 8
+MAX_ROWS = 2**64
+_MASK64 = 2**64 - 1
+_GAMMA = 0x9E3779B97F4A7C15
+_MUL1 = np.uint64(0xBF58476D1CE4E5B9)
+_MUL2 = np.uint64(0x94D049BB133111EB)
+_S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
+
+
+def _mix_scalar(z: int) -> int:
+    z &= _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return z ^ (z >> 31)
+
+
+def _mix_into(z: np.ndarray, tmp: np.ndarray) -> None:
+    """splitmix64's finaliser applied to ``z`` in place (``tmp``: scratch of the same shape)."""
+    np.right_shift(z, _S30, out=tmp)
+    z ^= tmp
+    z *= _MUL1
+    np.right_shift(z, _S27, out=tmp)
+    z ^= tmp
+    z *= _MUL2
+    np.right_shift(z, _S31, out=tmp)
+    z ^= tmp
+
+
+def round_keys(shuffle_seed: int, epoch: int) -> tuple[int, ...]:
+    """The round keys of an epoch: ``mix64(seed + epoch * 100003 + (i + 1) * GAMMA)``."""
+    if shuffle_seed < 0 or epoch < 0:
+        raise ValueError(f"shuffle_seed and epoch must be >= 0, got {shuffle_seed} and {epoch}")
+    seed = shuffle_seed + epoch * EPOCH_PRIME
+    if seed >= 2**64:
+        raise ValueError("shuffle_seed + epoch * 100003 must be < 2**64")
+    return tuple(_mix_scalar(seed + (i + 1) * _GAMMA) for i in range(ROUNDS))
+
+
+def half_width(num_rows: int) -> int:
+    """The smallest ``h >= 1`` with ``4**h >= num_rows``."""
+    if not 1 <= num_rows <= MAX_ROWS:
+        raise ValueError(f"a computed permutation needs 1 <= num_rows <= 2**64, got {num_rows}")
+    return (max(2, (num_rows - 1).bit_length()) + 1) // 2
+
+
+class _Network:
+    """The Feistel network of one epoch over ``[0, 4**half)``, on uint64 arrays."""
+
+    def __init__(self, keys: tuple[int, ...], half: int) -> None:
+        self.keys = tuple(np.uint64(k) for k in keys)
+        self.shift = np.uint64(half)
+        self.mask = np.uint64((1 << half) - 1)
+
+    def encrypt(self, x: np.ndarray) -> np.ndarray:
+        left, right = x >> self.shift, x & self.mask
+        f, tmp = np.empty_like(x), np.empty_like(x)
+        for key in self.keys:
+            np.bitwise_xor(right, key, out=f)
+            _mix_into(f, tmp)
+            f &= self.mask
+            left ^= f
+            left, right = right, left
+        left <<= self.shift
+        left |= right
+        return left
+
+    def decrypt(self, y: np.ndarray) -> np.ndarray:
+        left, right = y >> self.shift, y & self.mask
+        f, tmp = np.empty_like(y), np.empty_like(y)
+        for key in reversed(self.keys):
+            np.bitwise_xor(left, key, out=f)
+            _mix_into(f, tmp)
+            f &= self.mask
+            right ^= f
+            left, right = right, left
+        left <<= self.shift
+        left |= right
+        return left
+
+
+def _walk(step: Any, x: np.ndarray, num_rows: int, full: bool) -> np.ndarray:
+    """Apply ``step`` to ``x``, then again to the elements still ``>= num_rows`` until none is."""
+    y: np.ndarray = step(x)
+    if full:
+        return y
+    limit = np.uint64(num_rows)
+    todo = np.flatnonzero(y >= limit)
+    while todo.size:
+        again = step(y[todo])
+        y[todo] = again
+        todo = todo[again >= limit]
+    return y
+
+
+class ComputedPermutation:
+    """Split ``s`` position ``p`` reads storage position ``f(s * m + p)``, ``m = num_rows // num_splits``.
+
+    Construction costs the same at every table size; ``positions`` costs
+    about ``4**h / N < 4`` network applications per position on average.
+    """
+
+    __slots__ = ("_network", "epoch", "full", "num_rows", "num_splits", "shuffle_seed", "split_len")
+
+    def __init__(self, num_rows: int, num_splits: int, shuffle_seed: int, epoch: int) -> None:
+        half = half_width(num_rows)
+        if num_splits < 1:
+            raise ValueError(f"num_splits must be >= 1, got {num_splits}")
+        if num_rows < num_splits:
+            raise ValueError(f"{num_rows} rows cannot fill {num_splits} splits of at least one row")
+        self.num_rows, self.num_splits = num_rows, num_splits
+        self.shuffle_seed, self.epoch = shuffle_seed, epoch
+        self.split_len = num_rows // num_splits
+        self.full = num_rows == 1 << (2 * half)
+        self._network = _Network(round_keys(shuffle_seed, epoch), half)
+
+    def __reduce__(self) -> tuple[type[ComputedPermutation], tuple[int, int, int, int]]:
+        return (type(self), (self.num_rows, self.num_splits, self.shuffle_seed, self.epoch))
+
+    def __repr__(self) -> str:
+        return (
+            f"ComputedPermutation(num_rows={self.num_rows}, num_splits={self.num_splits}, "
+            f"shuffle_seed={self.shuffle_seed}, epoch={self.epoch})"
+        )
+
+    @property
+    def fingerprint(self) -> str:
+        """Identifies the algorithm, ``num_rows``, ``num_splits``, ``shuffle_seed`` and ``epoch``."""
+        return (
+            f"{ALGORITHM}:rows={self.num_rows}:splits={self.num_splits}"
+            f":seed={self.shuffle_seed}:epoch={self.epoch}"
+        )
+
+    def apply(self, indices: np.ndarray) -> np.ndarray:
+        """``f`` of every element of ``indices`` (uint64, each in ``[0, num_rows)``)."""
+        return _walk(self._network.encrypt, self._checked(indices), self.num_rows, self.full)
+
+    def invert(self, positions: np.ndarray) -> np.ndarray:
+        """``f^-1`` of every element of ``positions`` (uint64, each in ``[0, num_rows)``)."""
+        return _walk(self._network.decrypt, self._checked(positions), self.num_rows, self.full)
+
+    def positions(self, split: int, first: int, count: int) -> np.ndarray:
+        """Storage positions (uint64) of ``split`` at positions ``first .. first + count - 1``."""
+        if not 0 <= split < self.num_splits:
+            raise ValueError(f"split {split} outside [0, {self.num_splits})")
+        if first < 0 or count < 0 or first + count > self.split_len:
+            raise ValueError(
+                f"positions [{first}, {first + count}) outside the split length {self.split_len}"
+            )
+        indices = np.arange(count, dtype=np.uint64)
+        indices += np.uint64(split * self.split_len + first)
+        return _walk(self._network.encrypt, indices, self.num_rows, self.full)
+
+    def locate(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(split, position)`` reading each storage position; split ``num_splits`` marks a dropped row."""
+        index = self.invert(positions)
+        m = np.uint64(self.split_len)
+        split = np.minimum(index // m, np.uint64(self.num_splits))
+        return split, np.where(split < self.num_splits, index % m, np.uint64(0))
+
+    def _checked(self, values: np.ndarray) -> np.ndarray:
+        array = np.array(values, dtype=np.uint64, copy=True)
+        if self.num_rows < MAX_ROWS and array.size and int(array.max()) >= self.num_rows:
+            raise ValueError(f"value {int(array.max())} outside [0, {self.num_rows})")
+        return array
+
+
+def read_positions(dataset: Any, positions: np.ndarray, columns: list[str] | None = None) -> pa.Table:
+    """The rows at ``positions`` of a Lance dataset, in the order given.
+
+    ``dataset`` is a ``lance.LanceDataset`` pinned to one version (for a
+    LanceDB table, ``table.to_lance()`` at the permutation's version). A
+    position counts the live rows in fragment order: after a deletion every
+    later row moves down by one, so positions are valid only for the version
+    their ``num_rows`` was counted at. Reads are issued in ascending position
+    order (faster in Lance) and put back in the order asked for.
+    """
+    wanted = np.asarray(positions, dtype=np.uint64)
+    if wanted.size == 0:
+        return dataset.take(np.empty(0, dtype=np.int64), columns=columns)
+    order = np.argsort(wanted, kind="stable")
+    got = dataset.take(wanted[order].astype(np.int64), columns=columns)
+    back = np.empty_like(order)
+    back[order] = np.arange(order.size)
+    return got.take(pa.array(back))

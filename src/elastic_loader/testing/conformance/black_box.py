@@ -1,0 +1,423 @@
+"""Black-box vector replay: the vector families a ``lancedb.streaming``-API implementation can answer.
+
+``merge`` (``merge_state_dicts``), ``load`` (``load_state_dict`` then
+``state_dict``), ``checkpoint_snapshot`` (``state_dict`` of a dataset put in the
+vector's state by loading the spec's checkpoint) and ``params`` (constructor
+validation on a table with the vector's columns and row count) are asked of the
+implementation; :data:`VECTOR_FAMILIES` says for every other family why it is
+not applicable and which invariant covers it on real tables instead.
+
+Rules of this module: an expected error matches when the implementation raises
+that builtin class (or a subclass); the spec's error *code* is not observable
+from outside and is not compared. A case the public API cannot express is
+*not applicable* (:class:`_NotApplicable`), never a failure.
+"""
+
+from __future__ import annotations
+
+import builtins
+import dataclasses
+import json
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import cast
+
+import lancedb
+import pyarrow as pa
+
+from ...spec import (
+    PackedState,
+    RowState,
+    RunConfig,
+    SpecError,
+    load_packed,
+    load_row,
+    snapshot_packed,
+    snapshot_row,
+)
+from ...spec.params import CALLABLE, Params
+from ..adapters import DatasetLike, Implementation
+from ..tables import TOKEN_COLUMN, TableCache, TableKey
+from ..vectors import FAMILIES, VectorCase, default_directory, load_vectors
+from ..vectors.codec import (
+    Json,
+    JsonObject,
+    as_int,
+    as_list,
+    as_object,
+    as_str,
+    dec_config,
+    dec_packed_state,
+    dec_row_state,
+    decode_value,
+    enc_checkpoint,
+    enc_state,
+    encode_int,
+)
+from .progress import ProgressCallback, ProgressEvent
+from .report import VectorCaseResult, VectorResult, VectorStatus, first_line
+
+
+class _NotApplicable(Exception):
+    """This case cannot be asked of the implementation through its public API."""
+
+
+_BLACK_BOX = {
+    "merge": "merge_state_dicts(checkpoints); error class compared, not the spec's code",
+    "load": "load_state_dict(checkpoint) on a fresh dataset of the config (world_size 1), then "
+    "state_dict(); error class compared",
+    "checkpoint_snapshot": "state_dict() of a dataset that loaded the spec's checkpoint of the state; "
+    "keys and key order compared",
+    "params": "StreamingDataset(table, **params) on a table with the vector's columns and rows; error "
+    "class, resolved num_splits, drawn seed and DeprecationWarning compared (io_queue_depth is not "
+    "observable)",
+}
+
+VECTOR_FAMILIES: Mapping[str, str] = {
+    "topology": "split ownership is internal; PartitionInv checks it on real runs",
+    "row_order": "takes arbitrary permutations and faults; the machines run real tables",
+    "packing": "takes arbitrary permutations and corpora; the machines run real tables",
+    **_BLACK_BOX,
+    "commit": "the consumer commit is internal; ConsumerCommitProp checks it end to end",
+    "auto_budget": "takes arbitrary document lengths; AutoBudgetInv checks real tables",
+    "loader": "takes arbitrary permutations; the machines run StreamingDataLoader on tables",
+}
+"""Every vector family and how it is run against an implementation (or why it cannot be)."""
+
+_ERROR_CLASSES: Mapping[str, type[Exception]] = {
+    "ValueError": ValueError,
+    "TypeError": TypeError,
+    "RuntimeError": RuntimeError,
+}
+
+
+def _compact(value: object, limit: int = 400) -> str:
+    try:
+        text = json.dumps(value, default=repr)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _describe(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}({first_line(lines[-1] if lines else '', 200)!r})"
+
+
+def _expected_error(expected: JsonObject) -> tuple[str, str] | None:
+    error = expected.get("error")
+    if not isinstance(error, dict):
+        return None
+    return as_str(error["class"]), as_str(error["code"])
+
+
+def _judge_error(error: Exception, expected: JsonObject, call: str) -> str | None:
+    want = _expected_error(expected)
+    if want is None:
+        return f"{call} raised {_describe(error)}; the spec gives {_compact(expected)}"
+    cls = _ERROR_CLASSES.get(want[0], getattr(builtins, want[0], Exception))
+    if isinstance(error, cls):
+        return None
+    return f"{call} raised {_describe(error)}; the spec raises {want[0]} ({want[1]})"
+
+
+def _judge_success(expected: JsonObject, what: str) -> str | None:
+    """``None`` when the spec expects no error; else the complaint that ``what`` happened instead."""
+    want = _expected_error(expected)
+    if want is None:
+        return None
+    return f"{what}; the spec raises {want[0]} ({want[1]})"
+
+
+def _diff(got: Json, expected: Json, what: str) -> str | None:
+    if json.dumps(got) == json.dumps(expected):
+        return None
+    return f"{what}: got {_compact(got)}; the spec gives {_compact(expected)}"
+
+
+@dataclass
+class _VectorContext:
+    """Tables and datasets for replaying vectors against one implementation."""
+
+    implementation: Implementation
+    directory: Path
+    tables: TableCache = field(init=False)
+    _params_tables: dict[tuple[tuple[tuple[str, str], ...], int], object] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.tables = TableCache(self.directory)
+
+    def dataset(self, config: RunConfig, split_len: int) -> DatasetLike:
+        """A fresh world-size-1 dataset of ``config`` over ``num_splits * split_len`` rows."""
+        params: dict[str, object] = {
+            "num_splits": config.num_splits,
+            "shuffle": True,
+            "shuffle_seed": config.shuffle_seed,
+            "epoch": config.epoch,
+            "rank": 0,
+            "world_size": 1,
+        }
+        if config.packing is not None:
+            params.update(
+                columns=[TOKEN_COLUMN],
+                pack_sequences=config.packing.pack_sequences,
+                eos_id=config.packing.eos_id,
+                pad_id=config.packing.pad_id,
+                blocks_per_epoch=config.packing.blocks_per_epoch,
+            )
+        table = self.tables.table(TableKey(config.num_splits * max(1, split_len)))
+        try:
+            return self.implementation.dataset(table, **params)
+        except Exception as error:
+            raise AssertionError(
+                f"StreamingDataset(table, **{params!r}) raised {_describe(error)}; the spec accepts it"
+            ) from error
+
+    def params_table(self, columns: Mapping[str, str], rows: int) -> object:
+        """A table with ``rows`` rows and one column per kind (int lists, string lists, floats 1.0)."""
+        key = (tuple(sorted(columns.items())), rows)
+        if key not in self._params_tables:
+            arrays: dict[str, pa.Array] = {}
+            for name, kind in sorted(columns.items()):
+                if kind == "int_list":
+                    arrays[name] = pa.array([[i, i + 1] for i in range(rows)], pa.list_(pa.int64()))
+                elif kind == "other_list":
+                    arrays[name] = pa.array([["a"] for _ in range(rows)], pa.list_(pa.string()))
+                else:
+                    arrays[name] = pa.array([1.0] * rows, pa.float64())
+            db = lancedb.connect(str(self.directory))
+            name = f"params_{len(self._params_tables)}"
+            self._params_tables[key] = db.create_table(name, pa.table(arrays), mode="overwrite")
+        return self._params_tables[key]
+
+
+def _progress_of(dataset: DatasetLike, config: RunConfig, split_len: int) -> Json:
+    state = dataset.state_dict()
+    parsed: RowState | PackedState
+    try:
+        if config.packing is None:
+            parsed = load_row(config, state, split_len)
+        else:
+            parsed = load_packed(config, state, split_len)
+    except SpecError as error:
+        raise AssertionError(
+            f"state_dict() gave {_compact(state)}, which the spec cannot read: {error}"
+        ) from error
+    return enc_state(parsed)
+
+
+def _vector_merge(ctx: _VectorContext, case: VectorCase) -> str | None:
+    checkpoints = [cast(Mapping[str, object], decode_value(c)) for c in as_list(case["input"]["checkpoints"])]
+    expected = case["output"]
+    try:
+        merged = ctx.implementation.merge_state_dicts(checkpoints)
+    except Exception as error:
+        return _judge_error(error, expected, "merge_state_dicts")
+    if (
+        problem := _judge_success(expected, f"merge_state_dicts returned {_compact(merged, 200)}")
+    ) is not None:
+        return problem
+    if not isinstance(merged, Mapping):
+        return f"merge_state_dicts returned {merged!r}, not a dict"
+    try:
+        got = enc_checkpoint(merged)
+    except TypeError as error:
+        return f"merge_state_dicts returned {_compact(merged)}: {error}"
+    return _diff(cast(Json, got), cast(Json, expected), "merged checkpoint")
+
+
+def _vector_load(ctx: _VectorContext, case: VectorCase) -> str | None:
+    given = case["input"]
+    config = dec_config(given["config"])
+    split_len = as_int(given["split_len"])
+    if config.perm_fingerprint is not None:
+        raise _NotApplicable("needs a split_strategy dataset (perm_fingerprint)")
+    expected = case["output"]
+    dataset = ctx.dataset(config, split_len)
+    try:
+        dataset.load_state_dict(cast(Mapping[str, object], decode_value(given["checkpoint"])))
+    except Exception as error:
+        return _judge_error(error, expected, "load_state_dict")
+    if (problem := _judge_success(expected, "load_state_dict accepted it")) is not None:
+        return problem
+    return _diff(_progress_of(dataset, config, split_len), expected["state"], "progress after the load")
+
+
+def _vector_snapshot(ctx: _VectorContext, case: VectorCase) -> str | None:
+    given = case["input"]
+    config = dec_config(given["config"])
+    expected = case["output"]
+    if _expected_error(expected) is not None:
+        raise _NotApplicable("a snapshot of the other mode cannot be requested through the public API")
+    if config.perm_fingerprint is not None:
+        raise _NotApplicable("needs a split_strategy dataset (perm_fingerprint)")
+    if config.packing is None:
+        row = dec_row_state(given["state"])
+        payload, progress = snapshot_row(config, row), row.positions
+    else:
+        packed = dec_packed_state(given["state"])
+        payload, progress = snapshot_packed(config, packed), packed.consumed
+    dataset = ctx.dataset(config, max(1, *progress))
+    try:
+        dataset.load_state_dict(payload)
+    except Exception as error:
+        return f"load_state_dict({_compact(payload, 200)}) raised {_describe(error)}"
+    state = dataset.state_dict()
+    if not isinstance(state, Mapping):
+        return f"state_dict() returned {state!r}"
+    return _diff(cast(Json, enc_checkpoint(state)), cast(Json, expected), "state_dict()")
+
+
+_PARAM_DEFAULTS: Mapping[str, object] = {f.name: f.default for f in dataclasses.fields(Params)}
+
+
+def _vector_params(ctx: _VectorContext, case: VectorCase) -> str | None:
+    given = case["input"]
+    decoded, kwargs = _params_kwargs(given)
+    table = _params_table(ctx, given, kwargs)
+    expected = case["output"]
+    call = "StreamingDataset(table, " + ", ".join(f"{k}={v!r}" for k, v in sorted(kwargs.items())) + ")"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            dataset = ctx.implementation.dataset(table, **kwargs)
+        except TypeError as error:
+            if "unexpected keyword argument" in str(error):
+                raise _NotApplicable(f"the implementation has no such keyword: {error}") from error
+            return _judge_error(error, expected, call)
+        except Exception as error:
+            return _judge_error(error, expected, call)
+    if (problem := _judge_success(expected, f"{call} succeeded")) is not None:
+        return problem
+    deprecated = any(
+        issubclass(w.category, DeprecationWarning) and "prefetch_batches" in str(w.message) for w in caught
+    )
+    warned = ["prefetch_batches_deprecated"] if deprecated else []
+    problems: list[str] = []
+    if warned != expected["warnings"]:
+        problems.append(f"warnings {warned}, the spec {expected['warnings']}")
+    try:
+        state = dataset.state_dict()
+    except Exception as error:
+        return f"{call}.state_dict() raised {_describe(error)}"
+    problems += _resolved_problems(state, decoded, expected)
+    return f"{call}: " + "; ".join(problems) if problems else None
+
+
+def _params_kwargs(given: JsonObject) -> tuple[dict[str, object], dict[str, object]]:
+    """The decoded parameters, and the keywords to pass (``None`` defaults left out, callables stood in)."""
+    decoded = {name: decode_value(value) for name, value in as_object(given["params"]).items()}
+    for name in ("split_strategy", "connection_factory"):
+        if decoded.get(name) is CALLABLE:
+            raise _NotApplicable(f"needs a working {name}")
+    # Keywords left at a default of None are not passed (an implementation may lack rare keywords).
+    kwargs = {k: v for k, v in decoded.items() if not (v is None and _PARAM_DEFAULTS.get(k, 0) is None)}
+    for name, value in kwargs.items():
+        if value is CALLABLE:
+            kwargs[name] = _some_callable
+    return decoded, kwargs
+
+
+def _params_table(ctx: _VectorContext, given: JsonObject, kwargs: Mapping[str, object]) -> object:
+    """A table with the vector's columns and rows, where the filter (if any) keeps every row."""
+    facts = as_object(given["table"])
+    columns = {name: as_str(kind) for name, kind in as_object(facts["columns"]).items()}
+    rows = as_int(facts["rows"])
+    table = ctx.params_table(columns, rows)
+    flt = kwargs.get("filter")
+    if isinstance(flt, str) and table.count_rows(flt) != rows:  # type: ignore[attr-defined]
+        raise _NotApplicable(f"cannot build a table where exactly {rows} rows pass {flt!r}")
+    return table
+
+
+def _resolved_problems(
+    state: Mapping[str, object], decoded: Mapping[str, object], expected: JsonObject
+) -> list[str]:
+    """How the dataset's resolved ``num_splits`` and seed differ from the spec's."""
+    problems: list[str] = []
+    if encode_int(cast(int, state.get("num_splits"))) != expected["num_splits"] or not isinstance(
+        state.get("num_splits"), int
+    ):
+        problems.append(f"num_splits {state.get('num_splits')!r}, the spec {expected['num_splits']}")
+    seed = state.get("shuffle_seed")
+    if expected["draws_seed"]:
+        if not (isinstance(seed, int) and 0 <= seed < 2**32):
+            problems.append(f"shuffle_seed=None drew {seed!r}, the spec draws one in [0, 2**32)")
+    elif seed != decoded["shuffle_seed"]:
+        problems.append(f"shuffle_seed {seed!r}, given {decoded['shuffle_seed']!r}")
+    return problems
+
+
+def _some_callable(*args: object, **kwargs: object) -> object:
+    """Stands for ``{"$": "callable"}`` (a transform or error handler that is never called here)."""
+    raise AssertionError("the conformance vectors never call this")
+
+
+_RUNNERS: Mapping[str, Callable[[_VectorContext, VectorCase], str | None]] = {
+    "merge": _vector_merge,
+    "load": _vector_load,
+    "checkpoint_snapshot": _vector_snapshot,
+    "params": _vector_params,
+}
+
+
+def _cases(family: str, directory: Path | str | None) -> tuple[list[VectorCase], str]:
+    """The committed cases of ``family``, or (no files) the same cases generated from the spec."""
+    try:
+        return load_vectors(family, directory), str(default_directory() if directory is None else directory)
+    except FileNotFoundError:
+        built: list[VectorCase] = []
+        for case in FAMILIES[family].cases():
+            vector = case.build()
+            built.append(
+                {
+                    "name": case.name,
+                    "description": case.description,
+                    "input": vector.input,
+                    "output": vector.output,
+                }
+            )
+        return built, "generated from the spec in memory (no vector files found)"
+
+
+def run_vectors(
+    implementation: Implementation,
+    directory: Path,
+    vectors_dir: Path | str | None,
+    progress: ProgressCallback | None,
+) -> tuple[tuple[VectorResult, ...], str]:
+    ctx = _VectorContext(implementation, directory)
+    results: list[VectorResult] = []
+    sources: set[str] = set()
+    for family, note in VECTOR_FAMILIES.items():
+        runner = _RUNNERS.get(family)
+        if runner is None:
+            results.append(VectorResult(family, "not-applicable", note=note))
+            continue
+        cases, source = _cases(family, vectors_dir)
+        sources.add(source)
+        passed = 0
+        failures: list[VectorCaseResult] = []
+        skipped: list[VectorCaseResult] = []
+        for done, case in enumerate(cases, 1):
+            try:
+                problem = runner(ctx, case)
+            except _NotApplicable as reason:
+                skipped.append(VectorCaseResult(case["name"], str(reason)))
+            except AssertionError as error:
+                failures.append(VectorCaseResult(case["name"], str(error)))
+            except Exception as error:
+                failures.append(VectorCaseResult(case["name"], f"unexpected {_describe(error)}"))
+            else:
+                if problem is None:
+                    passed += 1
+                else:
+                    failures.append(VectorCaseResult(case["name"], problem))
+            if progress is not None:
+                progress(ProgressEvent("vectors", family, done, len(cases), "cases", done == len(cases)))
+        status: VectorStatus = "fail" if failures else ("pass" if passed else "not-applicable")
+        results.append(VectorResult(family, status, passed, tuple(failures), tuple(skipped), note))
+    return tuple(results), "; ".join(sorted(sources))

@@ -1,0 +1,347 @@
+"""What ``lancedb.streaming`` is pinned to break under the conformance suite: data only.
+
+``tests/test_conformance.py`` fails when the reference breaks an invariant or a
+vector case not listed here, or stops breaking a listed one
+(:func:`compare_with_known`); each entry was observed by running the suite and
+is explained by the B-id of a weak point in ``spec/REFERENCE.md`` (our deviation D-id in
+``spec/DEVIATIONS.md``, or an N-id of a weak point without a deviation).
+
+Rules of this module: every reason is written once, as a constant below; an
+invariant or a case refers to its reason, never restates it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from .report import ConformanceReport
+
+REFERENCE = "lancedb.streaming"
+"""The reference implementation's module name."""
+
+
+@dataclass(frozen=True)
+class KnownViolation:
+    """One invariant the reference is known to break."""
+
+    machines: frozenset[str]
+    """The machines whose exploration finds it at the CI settings (:func:`conformance_settings` defaults)."""
+    reason: str
+    """The reference's weak point (B-id, ``spec/REFERENCE.md``) and our deviation (D-id) behind it."""
+
+
+@dataclass(frozen=True)
+class KnownResults:
+    """What ``lancedb.streaming`` is known to break: invariants, and vector cases by family."""
+
+    invariants: Mapping[str, KnownViolation]
+    vectors: Mapping[str, Mapping[str, str]]
+    """Family -> failing case name -> reason."""
+
+
+# ---------------------------------------------------------------- the reasons, once each
+
+B1 = "B1/D1: in-process snapshots report the iterator's own minimum for splits it does not own"
+B9 = "B9/D7: a raising row fails its whole read batch and surfaces before earlier rows"
+B2 = "B2/D2: row-mode load_state_dict ignores epoch (a missing or different epoch passes)"
+D3_TYPES = "B22/D3: parameter types are not validated at construction (bools pass as ints)"
+D3_VALUES = (
+    "B3/B4/D3: values are not validated at construction (accepted, or a late backend error, "
+    "OverflowError or RustPanic instead of ValueError)"
+)
+D4 = "B13/D4: shuffle_seed=None is accepted with world_size > 1"
+D5 = "B14/D5: fingerprints are compared only when the first state has one (or not at all on load)"
+D6 = "B15/D6: list lengths are not checked; a legacy int makes merge fail with TypeError"
+D18 = "D18: progress beyond the split end or budget, or negative, is not rejected"
+D19 = "D19: a missing checkpoint key raises KeyError, not ValueError"
+D20 = "D20: prefetch_batches logs a warning but emits no DeprecationWarning"
+N2 = "N2: checkpoint values are not type-checked (int() conversions, == comparisons)"
+N3 = "N3: samples > positions is not rejected"
+N5 = "N5: the merge keeps unknown keys instead of writing a canonical checkpoint"
+N5_CONFIG = "N5: the merge copies the first state's config without validating it"
+N6 = "N6: pack_buffers keys and buffers are not validated"
+
+# ---------------------------------------------------------------- invariants
+
+_ROW = frozenset({"row"})
+_ROW_AND_PACKED = frozenset({"row", "packed"})
+
+_B1_CONSEQUENCES: Mapping[str, str] = {
+    "HonestProgressInv": "",
+    "SkipAccountingInv": " (as positions = samples, ignoring skipped rows)",
+    "MergeExactProp": ", so merging overstates the lagging ranks",
+    "ConsumerCommitProp": " (StreamingDataLoader with num_workers=0 commits them)",
+    "ResumeEquivalenceProp": ", so resuming a merged checkpoint skips rows",
+    "ExactlyOnceProp": ", so rows of lagging splits are never delivered",
+    "ElasticDeterminismProp": ", so later global steps miss rows",
+}
+"""The invariants B1 breaks (found by the row machine), each with what B1 does to it."""
+
+_OTHER_VIOLATIONS: Mapping[str, KnownViolation] = {
+    "CheckpointRoundTripInv": KnownViolation(
+        _ROW_AND_PACKED,
+        "B2/D2: row-mode load_state_dict accepts a checkpoint of another epoch; "
+        "D9: pack_buffers keeps empty buffers (not the canonical form)",
+    ),
+    "RaisePositionProp": KnownViolation(_ROW_AND_PACKED, B9),
+}
+
+# ---------------------------------------------------------------- vector cases, by family and reason
+
+_MERGE_FAILURES: Mapping[str, tuple[str, ...]] = {
+    D19: (
+        "error_missing_epoch",
+        "error_first_missing_shuffle_seed",
+        "error_missing_eos_id",
+        "error_row_missing_samples",
+        "error_packed_missing_emitted",
+    ),
+    N2: (
+        "error_num_splits_not_int",
+        "error_epoch_is_bool",
+        "error_fingerprint_not_a_string",
+        "error_row_samples_not_a_list",
+        "error_row_samples_bool_legacy",
+        "error_row_samples_holds_string",
+        "error_row_samples_holds_bool",
+        "error_row_samples_holds_float",
+        "error_row_positions_not_a_list",
+        "error_packed_emitted_holds_null",
+        "error_pack_buffers_not_a_dict",
+        "error_buffer_not_a_dict",
+        "error_buffer_without_starts",
+        "error_buffer_tokens_not_a_list",
+        "error_buffer_token_is_bool",
+    ),
+    D6: (
+        "row_legacy_int_and_list",
+        "error_row_samples_too_short",
+        "error_row_positions_too_long",
+    ),
+    D18: (
+        "error_row_negative_sample",
+        "error_row_negative_legacy_int",
+        "error_packed_negative_emitted",
+    ),
+    N3: ("error_row_positions_below_samples",),
+    N6: (
+        "error_buffer_key_twice",
+        "error_buffer_key_beyond_splits",
+        "error_buffer_key_negative",
+        "error_buffer_key_not_a_number",
+        "error_buffer_key_int_beyond_splits",
+        "error_buffer_key_bool",
+        "error_buffer_start_beyond_tokens",
+        "error_buffer_start_negative",
+        "error_buffer_start_in_empty_buffer",
+        "error_buffer_starts_unsorted",
+        "error_buffer_starts_repeated",
+    ),
+    D5: (
+        "error_fingerprint_only_in_second",
+        "error_fingerprint_only_in_first",
+        "error_fingerprints_differ",
+    ),
+    N5_CONFIG: (
+        "error_num_splits_zero",
+        "error_pack_sequences_zero",
+        "error_blocks_per_epoch_zero",
+        "error_blocks_per_epoch_not_divisible",
+    ),
+    N5: ("row_unknown_keys_dropped",),
+}
+
+_LOAD_FAILURES: Mapping[str, tuple[str, ...]] = {
+    D19: (
+        "error_missing_shuffle_seed",
+        "error_missing_num_splits",
+        "error_row_missing_samples",
+        "error_packed_missing_emitted",
+    ),
+    B2: (
+        "error_missing_epoch",
+        "error_epoch_differs_row_mode",
+    ),
+    N2: (
+        "error_row_samples_not_a_list",
+        "error_row_samples_bool_legacy",
+        "error_row_samples_holds_string",
+        "error_row_samples_holds_bool",
+        "error_row_samples_holds_float",
+        "error_row_positions_not_a_list",
+        "error_packed_emitted_holds_null",
+        "error_pack_buffers_not_a_dict",
+        "error_buffer_not_a_dict",
+        "error_buffer_without_starts",
+        "error_buffer_tokens_not_a_list",
+        "error_buffer_token_is_bool",
+    ),
+    D6: (
+        "error_row_samples_too_short",
+        "error_row_positions_too_long",
+        "error_packed_consumed_too_short",
+    ),
+    D18: (
+        "error_row_position_beyond_split_end",
+        "error_row_legacy_beyond_split_end",
+        "error_packed_consumed_beyond_split_end",
+        "error_packed_emitted_beyond_budget",
+        "error_row_negative_sample",
+        "error_row_negative_legacy_int",
+        "error_packed_negative_emitted",
+    ),
+    N3: ("error_row_positions_below_samples",),
+    N6: (
+        "error_buffer_key_twice",
+        "error_buffer_key_beyond_splits",
+        "error_buffer_key_negative",
+        "error_buffer_key_int_beyond_splits",
+        "error_buffer_key_bool",
+        "error_buffer_start_beyond_tokens",
+        "error_buffer_start_negative",
+        "error_buffer_start_in_empty_buffer",
+        "error_buffer_starts_unsorted",
+        "error_buffer_starts_repeated",
+    ),
+    D5: ("error_fingerprint_on_random_split_dataset",),
+}
+
+_PARAMS_FAILURES: Mapping[str, tuple[str, ...]] = {
+    D3_TYPES: (
+        "row_columns_str_text",
+        "row_columns_list_1",
+        "row_columns_list_text_none",
+        "packing_columns_str_tokens",
+        "row_connection_factory_str_db",
+        "packing_eos_id_str_1",
+        "packing_eos_id_float",
+        "packing_eos_id_true",
+        "packing_pad_id_str_1",
+        "packing_pad_id_float",
+        "packing_pad_id_true",
+        "row_epoch_true",
+        "row_rank_true",
+        "row_world_size_true",
+        "row_shuffle_seed_true",
+        "row_io_queue_depth_float",
+        "row_io_queue_depth_true",
+        "row_num_splits_float",
+        "row_num_splits_true",
+        "packing_pack_sequences_float",
+        "packing_pack_sequences_true",
+        "row_prefetch_batches_float",
+        "row_prefetch_batches_true",
+        "row_read_batch_size_str_1",
+        "row_read_batch_size_float",
+        "row_read_batch_size_true",
+        "row_read_batch_size_none",
+        "row_shuffle_clump_size_true",
+        "row_shuffle_1",
+        "row_shuffle_none",
+        "row_shuffle_str_yes",
+        "row_transform_1",
+        "row_transform_str_upper",
+        "row_transform_parallelism_float",
+        "row_transform_parallelism_true",
+        "row_transform_queue_depth_float",
+        "row_transform_queue_depth_true",
+        "row_worker_info_override_1",
+        "row_worker_info_override_str_worker",
+    ),
+    D3_VALUES: (
+        "row_columns_list_text_text",
+        "row_columns_empty_list",
+        "row_columns_list_missing",
+        "packing_columns_list_missing",
+        "packing_eos_id_2pow63",
+        "packing_pad_id_minus_2pow63_minus",
+        "row_epoch_minus_1",
+        "row_num_splits_0",
+        "row_shuffle_clump_size_0",
+        "row_rank_minus_1",
+        "row_rank_1",
+        "multi_rank_rank_4",
+        "row_read_batch_size_0",
+        "row_read_batch_size_minus_64",
+        "row_shuffle_seed_minus_1",
+        "row_shuffle_seed_2pow64",
+        "row_epoch_184461906879890",
+        "multi_rank_shuffle_seed_2pow64",
+        "row_world_size_0",
+        "row_world_size_minus_1",
+    ),
+    D4: ("multi_rank_shuffle_seed_none",),
+    D20: ("row_prefetch_batches_overrides_queue_depth",),
+}
+
+
+def _by_case(failures: Mapping[str, tuple[str, ...]]) -> dict[str, str]:
+    """Case name -> reason, from reason -> case names."""
+    return {case: reason for reason, cases in failures.items() for case in cases}
+
+
+KNOWN_REFERENCE_RESULTS = KnownResults(
+    invariants={
+        **{name: KnownViolation(_ROW, B1 + consequence) for name, consequence in _B1_CONSEQUENCES.items()},
+        **_OTHER_VIOLATIONS,
+    },
+    vectors={
+        "merge": _by_case(_MERGE_FAILURES),
+        "load": _by_case(_LOAD_FAILURES),
+        "params": _by_case(_PARAMS_FAILURES),
+    },
+)
+"""The pinned results of ``lancedb.streaming`` (the installed reference) under :func:`run_conformance`."""
+
+
+def known_violations(machine: str, known: KnownResults = KNOWN_REFERENCE_RESULTS) -> dict[str, str]:
+    """The invariants ``machine`` (a key of :data:`MACHINES`) is pinned to find violated, with reasons."""
+    return {name: v.reason for name, v in known.invariants.items() if machine in v.machines}
+
+
+def compare_with_known(report: ConformanceReport, known: KnownResults) -> list[str]:
+    """Every difference between ``report`` and the pinned ``known`` results (empty when they agree).
+
+    An invariant is compared per machine that ran: it must be found violated by
+    exactly the pinned machines among them. Vector cases are compared per family
+    that ran (status ``pass`` or ``fail``).
+    """
+    return [*_invariant_differences(report, known), *_vector_differences(report, known)]
+
+
+def _invariant_differences(report: ConformanceReport, known: KnownResults) -> list[str]:
+    problems: list[str] = []
+    ran = {r.machine for r in report.runs}
+    for result in report.invariants:
+        pinned = known.invariants.get(result.name)
+        want = set(pinned.machines) & ran if pinned is not None else set()
+        got = set(result.found_by)
+        for machine in sorted(got - want):
+            text = result.counterexample if machine == result.machine else "(counterexample shown for "
+            text = text or ""
+            if machine != result.machine:
+                text += f"{result.machine})"
+            problems.append(f"new violation of {result.name} in the {machine} machine:\n{text}")
+        for machine in sorted(want - got):
+            assert pinned is not None
+            problems.append(
+                f"{result.name} no longer violated in the {machine} machine (pinned: {pinned.reason})"
+            )
+    return problems
+
+
+def _vector_differences(report: ConformanceReport, known: KnownResults) -> list[str]:
+    problems: list[str] = []
+    for vector in report.vectors:
+        if vector.status not in ("pass", "fail"):
+            continue
+        pinned_cases = known.vectors.get(vector.family, {})
+        failed = {f.case: f.detail for f in vector.failures}
+        for case in sorted(set(failed) - set(pinned_cases)):
+            problems.append(f"new vector failure {vector.family}/{case}: {failed[case]}")
+        for case in sorted(set(pinned_cases) - set(failed)):
+            skipped = {s.case for s in vector.skipped}
+            state = "not applicable" if case in skipped else "passes"
+            problems.append(f"vector {vector.family}/{case} now {state} (pinned: {pinned_cases[case]})")
+    return problems

@@ -1,0 +1,570 @@
+"""The judges: what the spec says must hold, compared with what the implementation did.
+
+Every discrepancy is recorded under the name of the invariant it breaks, in a
+:class:`Verdicts` (the first text per name is kept). The machines call the
+judges after each operation; :data:`JUDGES` is the table of every checked
+invariant: its statement and, for the invariants judged on a whole lineage,
+the check that runs after every step. An invariant method of the machine
+(``state.HonestProgressInv()``) runs its entry of the table and then raises the
+recorded violation, if that name is enforced.
+
+Rules of this module:
+
+* A judge never calls the implementation and never changes the machine's
+  state; it reads spec values and what the implementation produced, and
+  records into the :class:`Verdicts` it is given, in a fixed order (so the
+  first text of a name does not depend on anything but the program).
+* The spec is called only on inputs it accepts: a spec predicate runs through
+  :meth:`Verdicts.guard`, where a ``SpecError`` means the machine fed the spec
+  bad inputs (an ``AssertionError``, a bug of the suite), and an
+  :class:`~elastic_loader.spec.invariants.InvariantViolation` is recorded.
+* :data:`CHECKED` is :data:`~elastic_loader.spec.invariants.INVARIANT_NAMES`
+  without the names of :data:`NOT_CHECKED`, each excluded with its reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from ...spec import Block, Exhausted, PackedRun, PackedState, Raised, RowRun, RowState, SpecError, Yielded
+from ...spec import invariants as inv
+from ...spec.loader import LoaderRun, global_steps
+from ..adapters import State
+from ..tables import InjectedFault, fault_row
+from .model import EpochModel, Item, ModelState, Run, attempt, builtin_error, describe, items_of, packed_split
+from .sessions import Recorded, Session, Slot, lineage
+
+NOT_CHECKED: Mapping[str, str] = {
+    "SplitSizeInv": "a property of the storage backend's permutation, which implementation and spec share",
+    "ComputedBijectionInv": "a property of the opt-in computed permutation, which StreamingDataset "
+    "does not read yet; tests/pipeline/test_pipe_computed.py compares the pipeline's with the spec's",
+}
+"""The invariants the machines cannot observe, each with the reason."""
+
+CHECKED: tuple[str, ...] = tuple(name for name in inv.INVARIANT_NAMES if name not in NOT_CHECKED)
+"""The invariants the machines check, in ``INVARIANT_NAMES`` order."""
+
+
+class Verdicts:
+    """The violations found in one example: the first text per invariant name.
+
+    ``observed``, when given, also collects the first text of every name across
+    all the examples of a run (:func:`~.runner.check_invariants` reads it).
+    """
+
+    def __init__(self, observed: dict[str, str] | None = None) -> None:
+        self.found: dict[str, str] = {}
+        self.observed = observed
+
+    def fail(self, name: str, detail: str) -> None:
+        """Record a violation of ``name`` (a name of :data:`CHECKED`)."""
+        assert name in CHECKED, name
+        self.found.setdefault(name, detail)
+        if self.observed is not None:
+            self.observed.setdefault(name, detail)
+
+    def guard(self, check: Callable[[], None]) -> None:
+        """Run a spec predicate; record the violation it raises."""
+        try:
+            check()
+        except inv.InvariantViolation as violation:
+            self.fail(violation.name, violation.detail)
+        except SpecError as error:
+            raise AssertionError(f"the spec rejected its own inputs: {error}") from error
+
+    def report(self, name: str, enforced: frozenset[str]) -> None:
+        """Raise the recorded violation of ``name`` if it is enforced."""
+        if name in self.found and name in enforced:
+            raise inv.InvariantViolation(name, self.found[name])
+
+
+# ---------------------------------------------------------------- items of a slot
+
+
+def judge_item(
+    verdicts: Verdicts,
+    owned: Sequence[int],
+    k: int,
+    item: Item,
+    resumed: bool,
+    expected: Run | SpecError,
+    where: str,
+) -> None:
+    """Compare the ``k``-th item of an iterator over ``owned`` with the spec run ``expected``."""
+    if isinstance(item, Yielded):
+        _judge_row(verdicts, owned, k, item, resumed, expected, where)
+        return
+    if isinstance(expected, SpecError):
+        name = "ResumeEquivalenceProp" if resumed else "PackingConservationInv"
+        verdicts.fail(name, f"{where}: yielded a block, the spec fails first: {expected}")
+        return
+    assert isinstance(expected, PackedRun)
+    if k >= len(expected.blocks):
+        verdicts.fail(
+            "PackingBudgetProp", f"{where}: block #{k} after the spec's {len(expected.blocks)} blocks"
+        )
+        return
+    want = expected.blocks[k]
+    if len(item.input_ids) != len(want.input_ids):
+        verdicts.fail("PackingBudgetProp", f"{where}: block #{k} has {len(item.input_ids)} tokens")
+    if resumed and (item.input_ids, item.doc_ids) != (want.input_ids, want.doc_ids):
+        verdicts.fail("ResumeEquivalenceProp", f"{where}: block #{k} {item} != spec {want}")
+    elif item.input_ids != want.input_ids:
+        verdicts.fail(
+            "PackingConservationInv", f"{where}: block #{k} input_ids {item.input_ids} != {want.input_ids}"
+        )
+    elif item.doc_ids != want.doc_ids:
+        verdicts.fail("DocIdsInv", f"{where}: block #{k} doc_ids {item.doc_ids} != {want.doc_ids}")
+
+
+def _judge_row(
+    verdicts: Verdicts,
+    owned: Sequence[int],
+    k: int,
+    item: Yielded,
+    resumed: bool,
+    expected: Run | SpecError,
+    where: str,
+) -> None:
+    if item.split not in owned:
+        verdicts.fail("PartitionInv", f"{where}: row {item} of split {item.split}, owned {owned}")
+    name = "ResumeEquivalenceProp" if resumed else "CanonicalOrderProp"
+    if not isinstance(expected, RowRun):
+        verdicts.fail(name, f"{where}: yielded {item}, the spec fails first: {expected}")
+    elif k >= len(expected.rows):
+        verdicts.fail(name, f"{where}: row #{k} {item} after the spec's last row ({expected.end})")
+    elif expected.rows[k] != item:
+        verdicts.fail(name, f"{where}: row #{k} is {item}, spec {expected.rows[k]}")
+
+
+def judge_end(verdicts: Verdicts, model: EpochModel, slot: Slot, error: Exception | None, where: str) -> str:
+    """The slot's iterator stopped (``error=None``) or raised ``error``; return how it finished."""
+    k = len(slot.delivered)
+    expected = slot.expected
+    order = "PackingBudgetProp" if model.packing is not None else "CanonicalOrderProp"
+    if isinstance(expected, SpecError):
+        if error is None or not isinstance(error, builtin_error(expected)):
+            got = "stopped" if error is None else f"raised {describe(error)}"
+            verdicts.fail(order, f"{where}: {got} after {k} items; the spec raises {expected}")
+        return "error"
+    if error is None:
+        count, end = len(items_of(expected)), expected.end
+        if isinstance(end, Raised):
+            verdicts.fail(
+                "RaisePositionProp", f"{where}: stopped after {k} items; spec raises at {end} after {count}"
+            )
+        elif k != count:
+            verdicts.fail(order, f"{where}: stopped after {k} items; the spec yields {count}")
+        judge_finished_run(verdicts, model, slot)
+        return "exhausted"
+    if not _is_fault(model, error):
+        verdicts.fail(
+            order, f"{where}: raised {describe(error)} after {k} items; the spec ends with {expected.end}"
+        )
+        return "error"
+    _judge_raise(verdicts, model, k, expected, error, where)
+    return "raised"
+
+
+def _is_fault(model: EpochModel, error: Exception) -> bool:
+    """An injected transform fault (a packing fault is a null token list: ``ValueError``)."""
+    return isinstance(error, InjectedFault) or (model.packing is not None and isinstance(error, ValueError))
+
+
+def _judge_raise(
+    verdicts: Verdicts, model: EpochModel, k: int, expected: Run, error: Exception, where: str
+) -> None:
+    """An iterator raised an injected fault after ``k`` items: where the spec raises, at that row."""
+    count, end = len(items_of(expected)), expected.end
+    row = fault_row(error)
+    if not isinstance(end, Raised):
+        verdicts.fail("RaisePositionProp", f"{where}: raised {describe(error)} after {k} items; spec: {end}")
+    elif k != count or (model.packing is None and row != end.row_id):
+        verdicts.fail(
+            "RaisePositionProp",
+            f"{where}: raised at id {row} after {k} items; the spec raises at id {end.row_id} "
+            f"(split {end.split}, position {end.position}) after {count} items",
+        )
+
+
+def observed_rows(slot: Slot) -> RowRun | None:
+    """The rows a row-mode slot delivered as a spec run from its start (None if they cannot be one)."""
+    if not isinstance(slot.start, RowState):
+        return None
+    samples, positions = list(slot.start.samples), list(slot.start.positions)
+    rows: list[Yielded] = []
+    states: list[RowState] = []
+    for item in slot.delivered:
+        if not isinstance(item, Yielded):
+            return None
+        samples[item.split] += 1
+        positions[item.split] = item.position + 1
+        if samples[item.split] > positions[item.split]:
+            return None
+        rows.append(item)
+        states.append(RowState(tuple(samples), tuple(positions)))
+    return RowRun(slot.start, tuple(rows), tuple(states), Exhausted())
+
+
+def judge_catch_up(verdicts: Verdicts, slot: Slot) -> None:
+    """The rows delivered so far catch lagging splits up first (``CatchUpInv``)."""
+    observed = observed_rows(slot)
+    if observed is not None:
+        verdicts.guard(lambda: inv.CatchUpInv(observed.start, observed, slot.owned))
+
+
+def judge_finished_run(verdicts: Verdicts, model: EpochModel, slot: Slot) -> None:
+    """An exhausted row iterator: the whole run is known, so check CanonicalOrderProp on it."""
+    observed = observed_rows(slot)
+    if observed is not None and not isinstance(slot.expected, SpecError):
+        verdicts.guard(lambda: inv.CanonicalOrderProp(model.perm, model.faults, slot.owned, observed))
+
+
+# ---------------------------------------------------------------- checkpoints
+
+
+def judge_state(
+    verdicts: Verdicts,
+    model: EpochModel,
+    state: Mapping[str, object],
+    expected: ModelState,
+    start: ModelState,
+    owned: Sequence[int],
+    exact: str,
+    where: str,
+) -> ModelState | None:
+    """Judge a checkpoint the implementation wrote; return the spec's reading of it.
+
+    ``exact`` names the invariant that a wrong progress on the owned splits breaks.
+    """
+    _judge_format(verdicts, model, state, expected, where)
+    try:
+        parsed = model.load(state)
+    except SpecError as error:
+        bounds = error.code in ("progress_out_of_range", "positions_below_samples")
+        name = "ProgressBoundsInv" if bounds else "CheckpointRoundTripInv"
+        verdicts.fail(name, f"{where}: the spec cannot read {dict(state)!r}: {error}")
+        return None
+    canonical = model.snapshot(parsed)
+    if dict(state) != canonical:
+        verdicts.fail(
+            "CheckpointRoundTripInv", f"{where}: {dict(state)!r} is not the canonical {canonical!r}"
+        )
+    if isinstance(parsed, RowState):
+        assert isinstance(start, RowState) and isinstance(expected, RowState)
+        got, exp = _judge_row_progress(verdicts, model, parsed, expected, start, owned)
+    else:
+        assert isinstance(start, PackedState) and isinstance(expected, PackedState)
+        got, exp = _judge_packed_progress(verdicts, model, parsed, expected, start, owned, state, where)
+    if got != exp:
+        verdicts.fail(exact, f"{where}: splits {list(owned)} at {got}, the spec says {exp}")
+    return parsed
+
+
+def _judge_row_progress(
+    verdicts: Verdicts,
+    model: EpochModel,
+    parsed: RowState,
+    expected: RowState,
+    start: RowState,
+    owned: Sequence[int],
+) -> tuple[list[object], list[object]]:
+    """Bounds, skip accounting and honesty of a row checkpoint; its and the spec's owned progress."""
+    verdicts.guard(lambda: inv.ProgressBoundsInv(parsed, model.split_len))
+    verdicts.guard(lambda: inv.SkipAccountingInv(model.perm, model.faults, parsed))
+    verdicts.guard(lambda: inv.HonestProgressInv(start, RowRun(start, (), (parsed,), Exhausted()), owned))
+    got: list[object] = [(parsed.samples[s], parsed.positions[s]) for s in owned]
+    exp: list[object] = [(expected.samples[s], expected.positions[s]) for s in owned]
+    return got, exp
+
+
+def _judge_packed_progress(
+    verdicts: Verdicts,
+    model: EpochModel,
+    parsed: PackedState,
+    expected: PackedState,
+    start: PackedState,
+    owned: Sequence[int],
+    state: Mapping[str, object],
+    where: str,
+) -> tuple[list[object], list[object]]:
+    """Unowned packed splits keep their loaded values; the checkpoint's and the spec's owned progress."""
+    unowned = [s for s in range(model.config.num_splits) if s not in owned]
+    moved = [s for s in unowned if packed_split(parsed, s) != packed_split(start, s)]
+    if moved:
+        verdicts.fail("HonestProgressInv", f"{where}: unowned packed splits {moved} changed: {dict(state)!r}")
+    got: list[object] = [packed_split(parsed, s) for s in owned]
+    exp: list[object] = [packed_split(expected, s) for s in owned]
+    return got, exp
+
+
+def _judge_format(
+    verdicts: Verdicts, model: EpochModel, state: Mapping[str, object], expected: ModelState, where: str
+) -> None:
+    """The checkpoint's keys, and an ``"auto"`` budget resolved to the spec's estimate."""
+    want = model.snapshot(expected)
+    if list(state) != list(want):
+        verdicts.fail("CheckpointRoundTripInv", f"{where}: keys {list(state)} != {list(want)}")
+    if model.auto and state.get("blocks_per_epoch") != want["blocks_per_epoch"]:
+        reported = state.get("blocks_per_epoch")
+        verdicts.fail(
+            "AutoBudgetInv",
+            f"{where}: blocks_per_epoch {reported!r}, spec estimate {want['blocks_per_epoch']}",
+        )
+        if isinstance(reported, int):
+            verdicts.guard(lambda: inv.AutoBudgetInv(reported, model.config.num_splits))
+
+
+def judge_state_dict(
+    verdicts: Verdicts, refusal: object, answer: Mapping[str, object] | Exception, name: str, where: str
+) -> bool:
+    """``state_dict()`` answered (a state, or an error): it may refuse only with a ``RuntimeError``, and
+    only where the spec's checkpoint gate refuses (``refusal`` is the spec's error, if any); return
+    whether the answer is a checkpoint to judge."""
+    if isinstance(answer, Exception):
+        if not isinstance(refusal, SpecError) or not isinstance(answer, RuntimeError):
+            verdicts.fail(name, f"{where}: state_dict() raised {describe(answer)}; spec: {refusal}")
+        return False
+    if isinstance(refusal, SpecError):
+        verdicts.fail(name, f"{where}: state_dict() answered {answer!r}; the spec refuses: {refusal}")
+        return False
+    return True
+
+
+def judge_load(
+    verdicts: Verdicts, spec: ModelState | SpecError, error: Exception | None, record: Recorded, where: str
+) -> bool:
+    """``load_state_dict`` raised ``error`` (or nothing): it must fail exactly when the spec rejects the
+    checkpoint, with the spec's builtin class; return whether the checkpoint is loaded."""
+    if error is not None:
+        if not isinstance(spec, SpecError):
+            verdicts.fail("CheckpointRoundTripInv", f"{where}: load_state_dict raised {describe(error)}")
+        elif not isinstance(error, builtin_error(spec)):
+            verdicts.fail(
+                "CheckpointRoundTripInv", f"{where}: load_state_dict raised {describe(error)}; spec: {spec}"
+            )
+        return False
+    if isinstance(spec, SpecError):
+        verdicts.fail(
+            "CheckpointRoundTripInv",
+            f"{where}: load_state_dict accepted {record!r} (epoch {record.epoch}); "
+            f"the spec rejects it: {spec}",
+        )
+        return False
+    return True
+
+
+def judge_merge(
+    verdicts: Verdicts,
+    model: EpochModel,
+    impl: State | Exception,
+    spec: dict[str, object] | SpecError,
+    name: str,
+    what: str,
+) -> None:
+    """The implementation's merge (or its error) against the spec's, compared as the spec reads them."""
+    if isinstance(spec, SpecError):
+        if not isinstance(impl, builtin_error(spec)):
+            verdicts.fail(name, f"{what}: implementation gave {impl!r}; the spec raises {spec}")
+        return
+    if isinstance(impl, Exception):
+        verdicts.fail(name, f"{what}: implementation raised {describe(impl)}; spec {spec!r}")
+        return
+    mine = attempt(lambda: model.load(impl))
+    theirs = attempt(lambda: model.load(spec))
+    if isinstance(mine, SpecError) or mine != theirs:
+        verdicts.fail(name, f"{what}: implementation {impl!r} != spec {spec!r}")
+
+
+# ---------------------------------------------------------------- StreamingDataLoader batches
+
+
+def judge_loader_stop(verdicts: Verdicts, model: EpochModel, expected: LoaderRun, j: int, where: str) -> None:
+    """The loader stopped after ``j`` batches: the spec delivers exactly those and ends cleanly."""
+    if j < len(expected.deliveries) or expected.error is not None:
+        verdicts.fail(
+            "RaisePositionProp" if expected.error is not None else _order(model),
+            f"{where}: stopped after {j} batches; spec delivers {len(expected.deliveries)} "
+            f"then {expected.error}",
+        )
+
+
+def judge_loader_error(
+    verdicts: Verdicts, model: EpochModel, expected: LoaderRun, j: int, error: Exception, where: str
+) -> None:
+    """Batch ``j`` raised ``error``: only an injected fault, exactly where the spec raises."""
+    fault = _is_fault(model, error)
+    if not (fault and expected.error is not None and j == len(expected.deliveries)):
+        verdicts.fail(
+            "RaisePositionProp" if fault else _order(model),
+            f"{where}: batch {j} raised {describe(error)}; spec delivers "
+            f"{len(expected.deliveries)} batches then {expected.error}",
+        )
+
+
+def judge_batch(
+    verdicts: Verdicts, model: EpochModel, items: list[Item] | str, expected: LoaderRun, j: int, where: str
+) -> bool:
+    """Batch ``j`` as read (or why it cannot be read) against the spec's; return whether to go on."""
+    packed = model.packing is not None
+    if isinstance(items, str):
+        verdicts.fail("CanonicalOrderProp" if not packed else "PackingConservationInv", f"{where}: {items}")
+        return False
+    if j >= len(expected.deliveries):
+        verdicts.fail(_order(model), f"{where}: batch {j} {items} after the spec's last batch")
+        return False
+    want = list(expected.deliveries[j].items)
+    if items == want:
+        return True
+    if not packed:
+        verdicts.fail("CanonicalOrderProp", f"{where}: batch {j} is {items}, spec {want}")
+    elif [b.input_ids for b in items if isinstance(b, Block)] != [
+        b.input_ids for b in want if isinstance(b, Block)
+    ]:
+        verdicts.fail("PackingConservationInv", f"{where}: batch {j} blocks {items} != spec {want}")
+    else:
+        verdicts.fail("DocIdsInv", f"{where}: batch {j} doc_ids differ: {items} != spec {want}")
+    return True
+
+
+def _order(model: EpochModel) -> str:
+    """The invariant a wrong number of items breaks: the block budget, or the canonical row order."""
+    return "PackingBudgetProp" if model.packing is not None else "CanonicalOrderProp"
+
+
+# ---------------------------------------------------------------- lineages
+
+
+def judge_lineage(
+    verdicts: Verdicts, model: EpochModel, splits: Sequence[Sequence[Item]], finished: bool, where: str
+) -> None:
+    """What a trainer received per split since the epoch started (``finished``: the epoch is over)."""
+    if model.packing is None:
+        rows = [item for split in splits for item in split if isinstance(item, Yielded)]
+        verdicts.guard(lambda: inv.ExactlyOnceProp(model.perm, model.faults, rows, finished))
+        judge_steps(verdicts, model, splits, where)
+        return
+    for s, blocks in enumerate(splits):
+        _judge_split_blocks(verdicts, model, s, [b for b in blocks if isinstance(b, Block)], finished, where)
+
+
+def _judge_split_blocks(
+    verdicts: Verdicts, model: EpochModel, s: int, got: Sequence[Block], finished: bool, where: str
+) -> None:
+    """The blocks split ``s`` delivered: a prefix of its token stream and of its topology-free blocks."""
+    packing = model.packing
+    assert packing is not None
+    expected = model.per_split[s]
+    delivered = [t for b in got for t in b.input_ids[: b.real]]
+    stream = [t for b in expected if isinstance(b, Block) for t in b.input_ids[: b.real]]
+    if delivered != stream[: len(delivered)]:
+        verdicts.fail(
+            "PackingConservationInv",
+            f"{where}: split {s} delivered tokens {delivered} are not a prefix of its stream {stream}",
+        )
+    if any(t != packing.pad_id for b in got for t in b.input_ids[b.real :]):
+        verdicts.fail("PackingConservationInv", f"{where}: split {s} padding is not pad_id")
+    if list(expected[: len(got)]) != list(got):
+        verdicts.fail(
+            "ElasticDeterminismProp",
+            f"{where}: split {s} blocks {list(got)} differ from its topology-free blocks {list(expected)}",
+        )
+    budget = packing.blocks_per_split(model.config.num_splits)
+    if len(got) > budget or (finished and len(got) != budget):
+        verdicts.fail("PackingBudgetProp", f"{where}: split {s} emitted {len(got)} blocks, budget {budget}")
+
+
+def judge_steps(verdicts: Verdicts, model: EpochModel, splits: Sequence[Sequence[Item]], where: str) -> None:
+    """Global step ``g`` (one cycle of every split) holds the same rows whatever the topology was."""
+    expected = global_steps(model.perm, model.faults, 1)
+    complete = min(len(split) for split in splits)
+    for g in range(complete):
+        got = frozenset(
+            (y.split, y.position) for y in (split[g] for split in splits) if isinstance(y, Yielded)
+        )
+        if g >= len(expected) or got != expected[g]:
+            want = expected[g] if g < len(expected) else "no step"
+            verdicts.fail(
+                "ElasticDeterminismProp", f"{where}: global step {g} holds {sorted(got)}, spec {want}"
+            )
+            return
+
+
+# ---------------------------------------------------------------- the table
+
+
+def _packed_lineage(verdicts: Verdicts, model: EpochModel, session: Session) -> None:
+    if model.packing is not None:
+        splits, finished = lineage(session)
+        judge_lineage(verdicts, model, splits, finished, f"lineage of {session.origin}")
+
+
+def _row_steps(verdicts: Verdicts, model: EpochModel, session: Session) -> None:
+    if model.packing is None:
+        splits, _ = lineage(session)
+        judge_steps(verdicts, model, splits, f"lineage of {session.origin}")
+
+
+def _rows_once(verdicts: Verdicts, model: EpochModel, session: Session) -> None:
+    if model.packing is None:
+        splits, finished = lineage(session)
+        rows = [item for split in splits for item in split if isinstance(item, Yielded)]
+        verdicts.guard(lambda: inv.ExactlyOnceProp(model.perm, model.faults, rows, finished))
+
+
+LineageCheck = Callable[[Verdicts, EpochModel, Session], None]
+"""A check of the current session's whole lineage, run after every step."""
+
+
+@dataclass(frozen=True)
+class Judge:
+    """How the machines judge one invariant."""
+
+    statement: str
+    """What the machines check, in their terms (the docstring of the invariant method)."""
+    after_step: LineageCheck | None = None
+    """Run after every step on the current lineage, before the violation is reported."""
+
+
+JUDGES: Mapping[str, Judge] = {
+    "PartitionInv": Judge("Every row comes from a split its (rank, worker) owns."),
+    "ProgressBoundsInv": Judge("Checkpoints keep ``0 <= samples <= positions <= split length``."),
+    "SkipAccountingInv": Judge("``positions - samples`` counts the skipped rows before ``positions``."),
+    "HonestProgressInv": Judge(
+        "A checkpoint reports loaded values for the splits its iterator does not own."
+    ),
+    "CatchUpInv": Judge("Lagging splits catch up first, in (count, split) order."),
+    "MergeLatticeInv": Judge(
+        "``merge_state_dicts`` is the spec's join (commutative, associative, idempotent)."
+    ),
+    "CheckpointRoundTripInv": Judge(
+        "Checkpoints have the spec's format, load iff the spec accepts them, and save(load(c)) == c."
+    ),
+    "PackingConservationInv": Judge(
+        "Delivered tokens of a split are exactly its documents, each followed by EOS, in order.",
+        _packed_lineage,
+    ),
+    "DocIdsInv": Judge("``doc_ids`` number the documents inside each block."),
+    "AutoBudgetInv": Judge('``blocks_per_epoch="auto"`` resolves to the spec\'s estimate.'),
+    "CanonicalOrderProp": Judge("Items come in the spec's order and the run ends where the spec's does."),
+    "ElasticDeterminismProp": Judge(
+        "Each global step (rows) or each split's blocks (packing) are the same whatever the topology.",
+        _row_steps,
+    ),
+    "ResumeEquivalenceProp": Judge("A checkpoint is exact, and resuming it continues the uninterrupted run."),
+    "ExactlyOnceProp": Judge(
+        "Across checkpoints and resumes no row is delivered twice or skipped over.", _rows_once
+    ),
+    "MergeExactProp": Judge("Merging every slot's latest checkpoint gives the job's true progress."),
+    "ConsumerCommitProp": Judge(
+        "``StreamingDataLoader`` checkpoints count exactly the batches the trainer received."
+    ),
+    "PackingBudgetProp": Judge(
+        "Every split emits exactly ``blocks_per_epoch / S`` blocks of ``pack_sequences`` tokens."
+    ),
+    "RaisePositionProp": Judge("A raising row surfaces after every row before its cycle, never earlier."),
+}
+"""Every checked invariant, in :data:`CHECKED` order."""
+
+assert tuple(JUDGES) == CHECKED, "JUDGES must list exactly the checked invariants, in INVARIANT_NAMES order"

@@ -1,0 +1,112 @@
+"""The machines' bookkeeping: sessions of slots, and the checkpoints they record.
+
+Rules of this module: plain data and pure helpers; nothing here calls the
+spec or judges anything. A :class:`Recorded` checkpoint carries, beside what
+the implementation wrote, the spec's *truth* (where the job really is) and the
+*history* of its lineage (what a trainer received since the epoch started), so
+a wrong checkpoint shows up when it is resumed. Rules always add an
+:class:`Entry` to :data:`CHECKPOINTS` (a :class:`Missing` one when there is no
+checkpoint), which keeps Hypothesis's choices independent of how the
+implementation behaved.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+from hypothesis.stateful import Bundle
+
+from ...spec import SpecError
+from ..adapters import DatasetLike
+from .model import EpochModel, History, Item, ModelState, Run
+from .plans import SessionPlan
+
+
+@dataclass(frozen=True, eq=False)
+class Recorded:
+    """A checkpoint in the bundle: what the implementation wrote, and the spec's truth beside it."""
+
+    label: str
+    epoch: int
+    state: Mapping[str, object]
+    truth: ModelState
+    history: History
+
+    def __repr__(self) -> str:
+        return f"<checkpoint {self.label}>"
+
+
+@dataclass(frozen=True, eq=False)
+class Missing:
+    """What a checkpointing rule adds when there is no checkpoint; rules drawing it do nothing.
+
+    Adding something every time keeps the bundle's contents, and with them
+    Hypothesis's choices, independent of how the implementation behaved.
+    """
+
+    label: str
+
+    def __repr__(self) -> str:
+        return f"<no checkpoint: {self.label}>"
+
+
+Entry = Recorded | Missing
+
+
+@dataclass
+class Slot:
+    """One (rank, worker) iterator of a session."""
+
+    rank: int
+    worker: int
+    owned: tuple[int, ...]
+    dataset: DatasetLike | None
+    start: ModelState
+    truth: ModelState
+    expected: Run | SpecError
+    true_run: Run | SpecError
+    resumed: bool
+    delivered: list[Item] = field(default_factory=list)
+    iterator: Iterator[object] | None = None
+    finished: str | None = None
+    """``None`` while live; else ``"exhausted"``, ``"raised"``, ``"error"`` or ``"broken"``."""
+    latest: Recorded | None = None
+
+    @property
+    def label(self) -> str:
+        """``rank r worker w``."""
+        return f"rank {self.rank} worker {self.worker}"
+
+
+@dataclass
+class Session:
+    """Slots of one topology over one epoch, started from one checkpoint (or from scratch)."""
+
+    plan: SessionPlan
+    epoch: EpochModel
+    slots: list[Slot]
+    history: History
+    origin: str
+
+
+def close_iterator(iterator: Iterator[object] | None) -> None:
+    """Close an implementation's iterator, if it can be closed (pipelines own threads)."""
+    close = getattr(iterator, "close", None)
+    if callable(close):
+        close()
+
+
+def lineage(session: Session) -> tuple[list[list[Item]], bool]:
+    """The session's history plus what its slots delivered, per split; and whether the epoch is over."""
+    splits = [list(h) for h in session.history]
+    for slot in session.slots:
+        for item in slot.delivered:
+            if 0 <= item.split < len(splits):
+                splits[item.split].append(item)
+    finished = all(slot.finished == "exhausted" for slot in session.slots)
+    return splits, finished
+
+
+CHECKPOINTS: Bundle[Entry] = Bundle("checkpoints")
+"""Every checkpoint taken, merged or committed; rules draw old ones again."""

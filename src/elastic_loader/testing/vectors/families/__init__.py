@@ -1,0 +1,41 @@
+"""Every vector family, one module each, in the order ``spec/VECTORS.md`` documents them.
+
+Rules of this package: a family module defines ``FAMILY`` (its name, summary,
+cases and replay) and nothing that another family needs, except the shared
+checkpoints of :mod:`.fixtures`; adding a family means adding its module here.
+"""
+
+from __future__ import annotations
+
+from ..plumbing import Family
+from . import (
+    auto_budget,
+    checkpoint_snapshot,
+    commit,
+    load,
+    loader,
+    merge,
+    packing,
+    params,
+    row_order,
+    topology,
+)
+
+FAMILIES: dict[str, Family] = {
+    module.FAMILY.name: module.FAMILY
+    for module in (
+        topology,
+        row_order,
+        packing,
+        checkpoint_snapshot,
+        load,
+        merge,
+        commit,
+        params,
+        auto_budget,
+        loader,
+    )
+}
+"""Every vector family, in the order they are documented."""
+
+__all__ = ["FAMILIES"]

@@ -1,0 +1,314 @@
+"""The ``loader`` family: ``StreamingDataLoader`` delivery on one rank, batch by batch.
+
+Row-mode cases are checked against ``ConsumerCommitProp`` after every batch,
+and, from the start of an epoch, against ``ExactlyOnceProp``.
+
+Rules of this module (the same for every family module): the input is a frozen
+dataclass with a JSON codec (``_encode``/``_decode``) and a model run
+(``_run``) that checks the invariants of the result; :func:`cases` builds the
+cases, deterministically, in the order the vector file lists them, and the
+first line of its docstring is the family's summary in that file.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from ....spec import invariants as inv
+from ....spec.errors import SpecError
+from ....spec.loader import LoaderRun, run_loader
+from ....spec.packing import PackedState, initial_packed_state, iterate_packed
+from ....spec.rows import Faults, RowState, Yielded, initial_row_state, iterate_rows
+from ....spec.topology import PackingConfig, Permutation, RunConfig, Topology
+from ..codec import (
+    Corpus,
+    JsonObject,
+    as_int,
+    corpus_map,
+    dec_config,
+    dec_config_state,
+    dec_corpus,
+    dec_faults,
+    dec_permutation,
+    enc_block,
+    enc_config,
+    enc_corpus,
+    enc_faults,
+    enc_permutation,
+    enc_raised,
+    enc_row,
+    enc_state,
+    error_json,
+)
+from ..plumbing import (
+    NO_FAULTS,
+    CaseDef,
+    Codec,
+    attempt,
+    family,
+    faults_of,
+    make_case,
+    random_corpus,
+    random_perm,
+)
+
+
+@dataclass(frozen=True)
+class LoaderInput:
+    """One rank's loader: config, permutation, faults, corpus (packing), shape, batch size and start."""
+
+    config: RunConfig
+    permutation: Permutation
+    faults: Faults
+    corpus: Corpus | None
+    world_size: int
+    rank: int
+    num_workers: int
+    batch_size: int
+    start: RowState | PackedState
+
+
+def _encode(x: LoaderInput) -> JsonObject:
+    return {
+        "config": enc_config(x.config),
+        "permutation": enc_permutation(x.permutation),
+        "faults": enc_faults(x.faults),
+        "corpus": None if x.corpus is None else enc_corpus(x.corpus),
+        "world_size": x.world_size,
+        "rank": x.rank,
+        "num_workers": x.num_workers,
+        "batch_size": x.batch_size,
+        "start": enc_state(x.start),
+    }
+
+
+def _decode(j: JsonObject) -> LoaderInput:
+    config = dec_config(j["config"])
+    corpus = j["corpus"]
+    return LoaderInput(
+        config,
+        dec_permutation(j["permutation"]),
+        dec_faults(j["faults"]),
+        None if corpus is None else dec_corpus(corpus),
+        as_int(j["world_size"]),
+        as_int(j["rank"]),
+        as_int(j["num_workers"]),
+        as_int(j["batch_size"]),
+        dec_config_state(config, j["start"]),
+    )
+
+
+def _run(x: LoaderInput) -> JsonObject:
+    corpus = None if x.corpus is None else corpus_map(x.corpus)
+
+    def compute() -> LoaderRun:
+        topology = Topology(x.world_size, x.rank, x.num_workers)
+        return run_loader(x.config, x.permutation, x.faults, topology, x.start, x.batch_size, corpus)
+
+    run = attempt(compute)
+    if isinstance(run, SpecError):
+        return error_json(run)
+    if isinstance(run.start, RowState):
+        for n in range(len(run.deliveries) + 1):
+            inv.ConsumerCommitProp(x.permutation, x.faults, run, n)
+        if run.start == initial_row_state(x.config.num_splits):
+            rows = [y for d in run.deliveries for y in d.items if isinstance(y, Yielded)]
+            inv.ExactlyOnceProp(x.permutation, x.faults, rows, x.world_size == 1 and run.error is None)
+    return {
+        "deliveries": [
+            {
+                "worker": d.worker,
+                "index": d.index,
+                "items": [enc_row(i) if isinstance(i, Yielded) else enc_block(i) for i in d.items],
+                "committed": enc_state(d.committed),
+            }
+            for d in run.deliveries
+        ],
+        "raised": None if run.error is None else enc_raised(run.error),
+    }
+
+
+CODEC = Codec(_encode, _decode, _run)
+
+
+_PERM = random_perm(random.Random(81), 4, 5)
+_CFG = RunConfig(4, 5, 0)
+_CORPUS = random_corpus(random.Random(82), 20, 4)
+_PACKING = PackingConfig(4, 1, 0, 12)
+_PCFG = RunConfig(4, 5, 0, None, _PACKING)
+_PERM8 = random_perm(random.Random(83), 8, 3)
+_CFG8 = RunConfig(8, 5, 0)
+_MID = iterate_rows(_PERM, NO_FAULTS, (0, 1, 2, 3), initial_row_state(4)).state_after(8)
+_PACKED_MID = iterate_packed(
+    _PERM, corpus_map(_CORPUS), NO_FAULTS, (0, 1, 2, 3), _PACKING, initial_packed_state(4)
+).state_after(4)
+
+
+def _case(
+    name: str,
+    description: str,
+    config: RunConfig,
+    perm: Permutation,
+    world_size: int,
+    rank: int,
+    num_workers: int,
+    batch_size: int,
+    faults: Faults = NO_FAULTS,
+    corpus: Corpus | None = None,
+    start: RowState | PackedState | None = None,
+) -> CaseDef:
+    """A case of this family; ``start`` defaults to the initial state of the mode."""
+    if start is None:
+        s = config.num_splits
+        start = initial_row_state(s) if corpus is None else initial_packed_state(s)
+    value = LoaderInput(config, perm, faults, corpus, world_size, rank, num_workers, batch_size, start)
+    return make_case("loader", CODEC, name, description, value)
+
+
+def cases() -> list[CaseDef]:
+    """``StreamingDataLoader`` delivery on one rank: batches in order, and the state after each."""
+    return [*_delivery_cases(), *_fault_cases(), *_resume_cases(), *_packed_cases(), *_error_cases()]
+
+
+def _delivery_cases() -> list[CaseDef]:
+    """Batches in order from one iterator or several workers, on one rank or another."""
+    return [
+        _case("in_process_one_rank", "num_workers=0: one iterator, batches of 4", _CFG, _PERM, 1, 0, 0, 4),
+        _case("in_process_partial_last_batch", "the last batch is shorter", _CFG, _PERM, 1, 0, 0, 3),
+        _case("two_workers_round_robin", "batches arrive in order (index, worker)", _CFG, _PERM, 1, 0, 2, 2),
+        _case("four_workers_one_split_each", "each worker reads one split", _CFG, _PERM, 1, 0, 4, 2),
+        _case("rank_1_of_2_with_2_workers", "a rank reads only its splits", _CFG8, _PERM8, 2, 1, 2, 3),
+        _case("batch_size_one", "every row is its own batch", _CFG, _PERM, 1, 0, 2, 1),
+    ]
+
+
+def _fault_cases() -> list[CaseDef]:
+    """A worker that runs out early, and raising rows."""
+    return [
+        _case(
+            "worker_ends_early_drops_out",
+            "a worker whose splits run out first stops delivering",
+            _CFG,
+            _PERM,
+            1,
+            0,
+            2,
+            2,
+            faults_of(skipped=[_PERM[0][1], _PERM[1][3], _PERM[0][4]]),
+        ),
+        _case(
+            "worker_raises_stops_delivery",
+            "a raising row turns its batch into the error; nothing after it",
+            _CFG,
+            _PERM,
+            1,
+            0,
+            2,
+            2,
+            faults_of(raising=[_PERM[2][2]]),
+        ),
+        _case(
+            "in_process_raise_keeps_full_batches",
+            "full batches before the error are delivered",
+            _CFG,
+            _PERM,
+            1,
+            0,
+            0,
+            3,
+            faults_of(raising=[_PERM[3][3]]),
+        ),
+    ]
+
+
+def _resume_cases() -> list[CaseDef]:
+    """Resumes at a step boundary (workers) and mid-cycle (one iterator)."""
+    return [
+        _case(
+            "resume_from_step_boundary",
+            "two workers resume from a one-rank checkpoint",
+            _CFG,
+            _PERM,
+            1,
+            0,
+            2,
+            2,
+            start=_MID,
+        ),
+        _case(
+            "in_process_resume_mid_cycle",
+            "one iterator may resume mid-cycle (catch-up)",
+            _CFG,
+            _PERM,
+            1,
+            0,
+            0,
+            3,
+            start=RowState((3, 2, 2, 2), (3, 2, 2, 2)),
+        ),
+    ]
+
+
+def _packed_cases() -> list[CaseDef]:
+    """Packed blocks, in the process and from workers, and a packed resume."""
+    return [
+        _case("packed_two_workers", "packed blocks, two workers", _PCFG, _PERM, 1, 0, 2, 2, corpus=_CORPUS),
+        _case("packed_in_process", "packed blocks in the process", _PCFG, _PERM, 1, 0, 0, 3, corpus=_CORPUS),
+        _case(
+            "packed_resume",
+            "packed resume at a step boundary",
+            _PCFG,
+            _PERM,
+            1,
+            0,
+            2,
+            1,
+            corpus=_CORPUS,
+            start=_PACKED_MID,
+        ),
+    ]
+
+
+def _error_cases() -> list[CaseDef]:
+    """Starts and shapes the loader rejects."""
+    return [
+        _case(
+            "error_workers_mid_cycle_start",
+            "several workers need a step boundary",
+            _CFG,
+            _PERM,
+            1,
+            0,
+            2,
+            2,
+            start=RowState((3, 2, 2, 2), (3, 2, 2, 2)),
+        ),
+        _case(
+            "error_packed_mid_cycle_start",
+            "packing needs a step boundary",
+            _PCFG,
+            _PERM,
+            1,
+            0,
+            0,
+            2,
+            corpus=_CORPUS,
+            start=PackedState((1, 1, 0, 0), (1, 1, 0, 0), {}),
+        ),
+        _case(
+            "error_workers_do_not_divide_splits",
+            "splits per rank must divide among workers",
+            _CFG,
+            _PERM,
+            1,
+            0,
+            3,
+            2,
+        ),
+        _case("error_batch_size_zero", "batch_size is at least 1", _CFG, _PERM, 1, 0, 0, 0),
+        _case("error_rank_out_of_range", "rank < world_size", _CFG, _PERM, 2, 2, 0, 2),
+    ]
+
+
+FAMILY = family("loader", cases, CODEC)

@@ -1,0 +1,195 @@
+"""The pipeline's computed permutation against the spec, and reading rows by storage position.
+
+Expected values come from the executable spec (``elastic_loader.spec.computed``)
+or, for reads, from a full scan of the table in storage order; never from the
+module under test.
+"""
+
+from __future__ import annotations
+
+import pickle
+import random
+from pathlib import Path
+from typing import Any
+
+import lance
+import lancedb
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from elastic_loader._pipeline._computed import ComputedPermutation, read_positions
+from elastic_loader.spec import computed as spec
+
+SIZES = [1, 2, 3, 4, 5, 15, 16, 17, 1000, 2**10, 2**10 + 1, 2**16 + 1, 10**6, 2**40, 2**40 + 1, 2**63 + 7]
+SEEDS = [(0, 0), (1, 0), (0, 1), (2**64 - 1, 0), (123456789, 40)]
+
+
+def _ranges(n: int, s: int, rng: random.Random) -> list[tuple[int, int, int]]:
+    """(split, first, count) ranges: whole splits when small, both ends and random windows otherwise."""
+    m = n // s
+    out = [(0, 0, min(m, 64)), (s - 1, max(0, m - 64), min(m, 64)), (s // 2, m // 2, 0)]
+    for _ in range(4):
+        split, first = rng.randrange(s), rng.randrange(m)
+        out.append((split, first, min(m - first, rng.randint(1, 300))))
+    return out
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_positions_match_the_spec(n: int) -> None:
+    rng = random.Random(n)
+    for seed, epoch in SEEDS:
+        for s in sorted({1, min(n, 3), min(n, 64), n if n < 100 else min(n, 4096)}):
+            ours = ComputedPermutation(n, s, seed, epoch)
+            model = spec.ComputedPermutation(n, s, seed, epoch)
+            assert ours.split_len == model.split_len
+            assert ours.fingerprint == spec.computed_fingerprint(model)
+            for split, first, count in _ranges(n, s, rng):
+                got = ours.positions(split, first, count)
+                assert got.dtype == np.uint64 and got.shape == (count,)
+                assert got.tolist() == list(spec.computed_positions(model, split, first, count))
+
+
+@given(
+    n=st.integers(1, 2**64),
+    s=st.integers(1, 10_000),
+    seed=st.integers(0, 2**64 - 1),
+    epoch=st.integers(0, 3),
+    data=st.data(),
+)
+@settings(max_examples=60)
+def test_positions_match_the_spec_random(n: int, s: int, seed: int, epoch: int, data: st.DataObject) -> None:
+    s = min(s, n)
+    if seed + epoch * 100003 >= 2**64:
+        epoch = 0
+    ours, model = ComputedPermutation(n, s, seed, epoch), spec.ComputedPermutation(n, s, seed, epoch)
+    m = ours.split_len
+    split = data.draw(st.integers(0, s - 1), label="split")
+    first = data.draw(st.integers(0, m - 1), label="first")
+    count = data.draw(st.integers(0, min(40, m - first)), label="count")
+    assert ours.positions(split, first, count).tolist() == list(
+        spec.computed_positions(model, split, first, count)
+    )
+
+
+def test_whole_small_tables_match_the_spec_and_are_permutations() -> None:
+    for n in range(1, 130):
+        for s in (1, 2, 7):
+            if s > n:
+                continue
+            ours, model = ComputedPermutation(n, s, 9, 2), spec.ComputedPermutation(n, s, 9, 2)
+            order = ours.apply(np.arange(n, dtype=np.uint64))
+            assert order.tolist() == list(spec.computed_order(model))
+            assert np.array_equal(np.sort(order), np.arange(n, dtype=np.uint64))
+            assert np.array_equal(ours.invert(order), np.arange(n, dtype=np.uint64))
+            rows = np.concatenate([ours.positions(k, 0, ours.split_len) for k in range(s)])
+            assert rows.tolist() == order[: s * ours.split_len].tolist()
+
+
+@pytest.mark.parametrize("n", [7, 16, 17, 1000, 2**40 + 1, 2**64])
+def test_invert_and_locate_match_the_spec(n: int) -> None:
+    s = min(n, 6)
+    ours, model = ComputedPermutation(n, s, 77, 1), spec.ComputedPermutation(n, s, 77, 1)
+    rng = random.Random(5)
+    ys = sorted({0, n - 1, *(rng.randrange(n) for _ in range(200))})
+    got = ours.invert(np.array(ys, dtype=np.uint64))
+    assert got.tolist() == [spec.computed_inverse(model, y) for y in ys]
+    splits, positions = ours.locate(np.array(ys, dtype=np.uint64))
+    expected = [spec.computed_locate(model, y) for y in ys]
+    assert [None if sp == s else (sp, p) for sp, p in zip(splits.tolist(), positions.tolist())] == expected
+
+
+def test_edge_errors() -> None:
+    for args in (
+        (0, 1, 0, 0),
+        (2**64 + 1, 1, 0, 0),
+        (3, 4, 0, 0),
+        (3, 0, 0, 0),
+        (9, 1, -1, 0),
+        (9, 1, 2**64 - 1, 1),
+    ):
+        with pytest.raises(ValueError):
+            ComputedPermutation(*args)
+    perm = ComputedPermutation(10, 3, 0, 0)
+    for split, first, count in ((3, 0, 1), (-1, 0, 1), (0, 2, 2), (0, -1, 1), (0, 0, -1)):
+        with pytest.raises(ValueError):
+            perm.positions(split, first, count)
+    with pytest.raises(ValueError):
+        perm.apply(np.array([10], dtype=np.uint64))
+    with pytest.raises(ValueError):
+        ComputedPermutation(16, 1, 0, 0).apply(np.array([16], dtype=np.uint64))
+
+
+def test_pickles_as_its_parameters() -> None:
+    perm = ComputedPermutation(10**9, 64, 5, 3)
+    blob = pickle.dumps(perm)
+    assert len(blob) < 200 and b"numpy" not in blob
+    back = pickle.loads(blob)
+    assert repr(back) == repr(perm) and back.fingerprint == perm.fingerprint
+    assert np.array_equal(back.positions(63, 123, 1000), perm.positions(63, 123, 1000))
+
+
+def test_positions_are_spread_over_the_table() -> None:
+    """A split of a 10**6-row table reads from the whole table, not a band of it."""
+    got = ComputedPermutation(10**6, 8, 0, 0).positions(0, 0, 20_000)
+    counts = np.bincount((got // 100_000).astype(np.int64), minlength=10)
+    assert counts.min() > 1800 and counts.max() < 2200, counts
+
+
+# ---------------------------------------------------------------- reading by storage position
+
+
+@pytest.fixture(scope="module")
+def deleted_table(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, int, int]:
+    """90 rows ``id = 0..89`` in three appends, then ids 3, 4, 31, 88 deleted: (table, v_before, v_after)."""
+    db = lancedb.connect(str(tmp_path_factory.mktemp("computed")))
+    table = db.create_table("t", pa.table({"id": pa.array(range(30), pa.int64())}))
+    table.add(pa.table({"id": pa.array(range(30, 60), pa.int64())}))
+    table.add(pa.table({"id": pa.array(range(60, 90), pa.int64())}))
+    before = table.version
+    table.delete("id IN (3, 4, 31, 88)")
+    return table, before, table.version
+
+
+def _scan_ids(dataset: Any) -> list[int]:
+    return list(dataset.to_table(columns=["id"]).column("id").to_pylist())
+
+
+def test_positions_count_live_rows_in_storage_order(deleted_table: tuple[Any, int, int]) -> None:
+    table, _, _ = deleted_table
+    dataset = table.to_lance()
+    assert len(dataset.get_fragments()) == 3
+    live = _scan_ids(dataset)
+    assert len(live) == 86 and 3 not in live and 88 not in live
+    perm = ComputedPermutation(dataset.count_rows(), 4, 21, 0)
+    for split in range(4):
+        positions = perm.positions(split, 0, perm.split_len)
+        got = read_positions(dataset, positions, ["id"]).column("id").to_pylist()
+        assert got == [live[int(p)] for p in positions]
+    every = np.concatenate([perm.positions(k, 0, perm.split_len) for k in range(4)])
+    read = read_positions(dataset, every, ["id"]).column("id").to_pylist()
+    assert len(set(read)) == 4 * perm.split_len == 84 and set(read) <= set(live)
+
+
+def test_a_pinned_version_keeps_its_positions(deleted_table: tuple[Any, int, int], tmp_path: Path) -> None:
+    """Before the deletion, position p is row id p; after it, every later row moved down."""
+    table, before, after = deleted_table
+    old = lance.dataset(table.to_lance().uri, version=before)
+    new = lance.dataset(table.to_lance().uri, version=after)
+    positions = np.array([0, 3, 4, 5, 40, 85, 89], dtype=np.uint64)
+    assert read_positions(old, positions, ["id"]).column("id").to_pylist() == [0, 3, 4, 5, 40, 85, 89]
+    assert read_positions(new, positions[:-1], ["id"]).column("id").to_pylist() == [0, 5, 6, 7, 43, 89]
+    with pytest.raises(OSError):
+        read_positions(new, np.array([86], dtype=np.uint64), ["id"])
+
+
+def test_read_positions_keeps_the_order_asked_for(deleted_table: tuple[Any, int, int]) -> None:
+    table, _, _ = deleted_table
+    dataset = table.to_lance()
+    live = _scan_ids(dataset)
+    positions = np.array([50, 2, 2, 85, 0, 49], dtype=np.uint64)
+    got = read_positions(dataset, positions, ["id"])
+    assert got.column("id").to_pylist() == [live[p] for p in positions.tolist()]
+    assert read_positions(dataset, np.empty(0, dtype=np.uint64), ["id"]).num_rows == 0

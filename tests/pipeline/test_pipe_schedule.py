@@ -66,5 +66,7 @@ def round_robin(turns: list[int], batches: int) -> list[int]:
 @given(st.lists(st.integers(0, 6), min_size=1, max_size=5), st.integers(0, 40))
 def test_deliveries_follow_the_round_robin(turns: list[int], batches: int) -> None:
     expected = round_robin(turns, batches)
-    assert _schedule.deliveries(turns, batches) == expected == list(schedule.round_robin_turns(turns, batches))
+    assert (
+        _schedule.deliveries(turns, batches) == expected == list(schedule.round_robin_turns(turns, batches))
+    )
     assert _schedule.worker_after(expected) == schedule.next_worker(expected)

@@ -1,11 +1,11 @@
 """Checkpoint dicts: writing, validating, merging and committing them.
 
 Rules: the keys and their order are lancedb.streaming's, so checkpoints are
-interchangeable. Every reader of a checkpoint (load, merge, commit) goes
-through ``parse`` and rejects the same malformed inputs with ValueError
-(TypeError when the checkpoint is not a dict). Row progress merges by
-element-wise maximum; packed progress per split by the larger
-(blocks emitted, position consumed), ties to the earlier state.
+interchangeable. Every reader of a checkpoint (load and merge in ``_provenance``,
+commit here) parses the reference keys with these functions and rejects the same
+malformed inputs with ValueError (TypeError when the checkpoint is not a dict). A
+commit joins row progress by element-wise maximum and packed progress per split by
+the larger (blocks emitted, position consumed), ties to the parent.
 """
 
 from __future__ import annotations
@@ -86,19 +86,19 @@ def snapshot(identity: Identity, progress: State) -> dict[str, object]:
 # ------------------------------------------------------------------ parsing
 
 
-def _as_dict(state: object) -> Mapping[str, object]:
+def as_dict(state: object) -> Mapping[str, object]:
     if not isinstance(state, Mapping):
         raise TypeError(f"a checkpoint must be a dict, got {type(state).__name__}")
     return state
 
 
-def _need_keys(state: Mapping[str, object], keys: Sequence[str]) -> None:
+def need_keys(state: Mapping[str, object], keys: Sequence[str]) -> None:
     missing = [k for k in keys if k not in state]
     if missing:
         raise ValueError(f"checkpoint is missing {', '.join(repr(k) for k in missing)}")
 
 
-def _int(value: object, what: str) -> int:
+def as_int(value: object, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"{what} must hold ints, got {value!r}")
     return value
@@ -109,7 +109,7 @@ def _int_list(value: object, length: int, what: str) -> list[int]:
         raise ValueError(f"{what} must be a list, got {type(value).__name__}")
     if len(value) != length:
         raise ValueError(f"{what} has {len(value)} entries; the dataset has {length} splits")
-    out = [_int(v, what) for v in value]
+    out = [as_int(v, what) for v in value]
     if any(v < 0 for v in out):
         raise ValueError(f"{what} holds a negative value")
     return out
@@ -119,8 +119,8 @@ def is_packed(state: Mapping[str, object]) -> bool:
     return BUFFERS in state
 
 
-def _parse_row(state: Mapping[str, object], num_splits: int) -> RowState:
-    _need_keys(state, (SAMPLES,))
+def parse_row(state: Mapping[str, object], num_splits: int) -> RowState:
+    need_keys(state, (SAMPLES,))
     raw = state[SAMPLES]
     if isinstance(raw, int) and not isinstance(raw, bool):
         if raw < 0:
@@ -144,8 +144,8 @@ def _split_key(key: object, num_splits: int) -> int:
     return key
 
 
-def _parse_packed(state: Mapping[str, object], num_splits: int) -> PackedState:
-    _need_keys(state, (SAMPLES, EMITTED, BUFFERS))
+def parse_packed(state: Mapping[str, object], num_splits: int) -> PackedState:
+    need_keys(state, (SAMPLES, EMITTED, BUFFERS))
     consumed = _int_list(state[SAMPLES], num_splits, SAMPLES)
     emitted = _int_list(state[EMITTED], num_splits, EMITTED)
     raw = state[BUFFERS]
@@ -169,19 +169,19 @@ def _parse_buffer(key: object, value: object) -> tuple[list[int], list[int]]:
     tokens_raw, starts_raw = value["tokens"], value["starts"]
     if not isinstance(tokens_raw, (list, tuple)) or not isinstance(starts_raw, (list, tuple)):
         raise ValueError(f"{BUFFERS}[{key!r}] tokens and starts must be lists")
-    tokens = [_int(t, "pack buffer tokens") for t in tokens_raw]
-    starts = [_int(t, "pack buffer starts") for t in starts_raw]
+    tokens = [as_int(t, "pack buffer tokens") for t in tokens_raw]
+    starts = [as_int(t, "pack buffer starts") for t in starts_raw]
     ordered = all(a < b for a, b in itertools.pairwise(starts))
     if not ordered or any(not 0 <= s < len(tokens) for s in starts):
         raise ValueError(f"{BUFFERS}[{key!r}] starts must increase strictly and index its tokens")
     return tokens, starts
 
 
-def _check_identity(state: Mapping[str, object], identity: Identity) -> None:
-    _need_keys(state, CONFIG)
+def check_identity(state: Mapping[str, object], identity: Identity) -> None:
+    need_keys(state, CONFIG)
     for key in CONFIG:
         ours = getattr(identity, key)
-        if _int(state[key], key) != ours:
+        if as_int(state[key], key) != ours:
             raise ValueError(f"{key} mismatch: checkpoint has {state[key]!r}, this dataset has {ours!r}")
     theirs = state.get(FINGERPRINT)
     if theirs is not None and theirs != identity.fingerprint:
@@ -200,43 +200,19 @@ def _check_identity(state: Mapping[str, object], identity: Identity) -> None:
             + " dataset"
         )
     if identity.packing is not None:
-        _need_keys(state, PACKING)
+        need_keys(state, PACKING)
         for key, ours in zip(PACKING, identity.packing):
-            if _int(state[key], key) != ours:
+            if as_int(state[key], key) != ours:
                 raise ValueError(f"{key} mismatch: checkpoint has {state[key]!r}, this dataset has {ours!r}")
-
-
-def parse_for(identity: Identity, state: object, split_len: int) -> State:
-    """Validate ``state`` for a dataset with ``identity`` and return its progress.
-
-    Raises:
-        TypeError: ``state`` is not a dict.
-        ValueError: a missing key, a mismatched setting, a list of the wrong
-            length, or progress outside the split or the block budget.
-    """
-    st = _as_dict(state)
-    _check_identity(st, identity)
-    if identity.packing is None:
-        row = _parse_row(st, identity.num_splits)
-        if any(p > split_len for p in row.positions):
-            raise ValueError(f"checkpoint progress lies beyond the end of the splits ({split_len} rows each)")
-        return row
-    packed = _parse_packed(st, identity.num_splits)
-    budget = identity.packing[3] // identity.num_splits
-    if any(c > split_len for c in packed.consumed):
-        raise ValueError(f"checkpoint progress lies beyond the end of the splits ({split_len} rows each)")
-    if any(e > budget for e in packed.emitted):
-        raise ValueError(f"checkpoint emitted more blocks than the budget of {budget} per split")
-    return packed
 
 
 def commit(identity: Identity, parent: State, incoming: object) -> State:
     """Fold one consumed worker batch's checkpoint into the parent's progress."""
-    st = _as_dict(incoming)
-    _check_identity(st, identity)
+    st = as_dict(incoming)
+    check_identity(st, identity)
     if isinstance(parent, RowState):
-        return _join_rows([parent, _parse_row(st, identity.num_splits)])
-    return _join_packed([parent, _parse_packed(st, identity.num_splits)])
+        return _join_rows([parent, parse_row(st, identity.num_splits)])
+    return _join_packed([parent, parse_packed(st, identity.num_splits)])
 
 
 def _join_rows(states: Sequence[RowState]) -> RowState:
@@ -262,7 +238,7 @@ def _join_packed(states: Sequence[PackedState]) -> PackedState:
 
 
 def _identity_of(state: Mapping[str, object]) -> Identity:
-    num_splits = _int(state["num_splits"], "num_splits")
+    num_splits = as_int(state["num_splits"], "num_splits")
     if num_splits <= 0:
         raise ValueError("num_splits must be > 0")
     fingerprint = state.get(FINGERPRINT)
@@ -270,7 +246,7 @@ def _identity_of(state: Mapping[str, object]) -> Identity:
         raise ValueError("perm_fingerprint must be a string")
     packing = None
     if is_packed(state):
-        values = tuple(_int(state[k], k) for k in PACKING)
+        values = tuple(as_int(state[k], k) for k in PACKING)
         packing = (values[0], values[1], values[2], values[3])
         pack_sequences, blocks_per_epoch = packing[0], packing[3]
         # No dataset could have written (or could load) these settings; say so instead of merging.
@@ -284,59 +260,36 @@ def _identity_of(state: Mapping[str, object]) -> Identity:
                 f"num_splits ({num_splits})"
             )
     return Identity(
-        _int(state["shuffle_seed"], "shuffle_seed"),
+        as_int(state["shuffle_seed"], "shuffle_seed"),
         num_splits,
-        _int(state["epoch"], "epoch"),
+        as_int(state["epoch"], "epoch"),
         fingerprint,
         packing,
     )
 
 
-def _check_same_settings(parsed: Sequence[Mapping[str, object]]) -> None:
-    """Every state has the first one's mode and settings (ints, not bools or floats)."""
+def identity_of(parsed: Sequence[Mapping[str, object]]) -> Identity:
+    """The settings every state of a merge shares (ints, not bools or floats), as an identity.
+
+    Raises:
+        ValueError: no states, mixed modes, a missing or mismatched setting, or settings no
+            dataset can have.
+    """
+    if not parsed:
+        raise ValueError("merge_state_dicts needs at least one state dict")
     first = parsed[0]
     keys = CONFIG + (PACKING if is_packed(first) else ())
     for st in parsed:
         if is_packed(st) != is_packed(first):
             raise ValueError("cannot merge packed and row-mode state dicts")
-        _need_keys(st, keys)
+        need_keys(st, keys)
     for st in parsed:
         for key in keys:
-            _int(st[key], key)  # True or 1.0 must not pass for 1
+            as_int(st[key], key)  # True or 1.0 must not pass for 1
     for st in parsed[1:]:
         for key in keys:
             if st[key] != first[key]:
                 raise ValueError(f"{key} mismatch across state dicts: {st[key]!r} != {first[key]!r}")
         if st.get(FINGERPRINT) != first.get(FINGERPRINT):
             raise ValueError("perm_fingerprint mismatch across state dicts")
-
-
-def merge_state_dicts(states: Sequence[object]) -> dict[str, object]:
-    """Merge the checkpoints of every rank, taken at the same global step, into one.
-
-    Row mode takes each split's progress from the state that went furthest in it
-    (each rank is exact for its own splits and reports the values it loaded for
-    the others). Packed mode does the same by (blocks emitted, position) and
-    requires that the result is at one global step for every split.
-
-    Raises:
-        TypeError: a state is not a dict.
-        ValueError: no states, a missing key, mixed row/packed states, different
-            settings, lists of the wrong length, or packed states that do not
-            cover every rank at the same step.
-    """
-    if not states:
-        raise ValueError("merge_state_dicts needs at least one state dict")
-    parsed = [_as_dict(s) for s in states]
-    first = parsed[0]
-    _check_same_settings(parsed)
-    identity = _identity_of(first)
-    if identity.packing is None:
-        return snapshot(identity, _join_rows([_parse_row(st, identity.num_splits) for st in parsed]))
-    merged = _join_packed([_parse_packed(st, identity.num_splits) for st in parsed])
-    if len(set(merged.emitted)) > 1:
-        raise ValueError(
-            "packed state dicts were not taken at the same global step, or do not cover every rank "
-            f"(blocks emitted per split after merging: {merged.emitted})"
-        )
-    return snapshot(identity, merged)
+    return _identity_of(first)

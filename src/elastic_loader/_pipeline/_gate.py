@@ -1,22 +1,18 @@
-"""The checkpoint gate: whether ``state_dict()`` may answer, and the one step-boundary check.
+"""The checkpoint gate: whether ``state_dict()`` may answer.
 
 The pipeline's copy of the spec's ``CheckpointGate`` and its ``gate_*``
 functions (``spec/checkpoint.py``), as one mutable object per dataset.
 
 Rules:
-* Three facts close the gate. ``invalid_reason``: a batch failed before it
+* Two facts close the gate. ``invalid_reason``: a batch failed before it
   reached the trainer (the first reason is kept). ``untracked_workers``: a
   plain DataLoader with workers iterated the dataset, so the parent's progress
   is stale; a worker process sets it, so it lives in the slot
   ``FLAG_UNTRACKED`` of the counters' shared array, which the parent reads.
-  ``require_uniform``: StreamingDataLoader committed batches that are only
-  exact at step boundaries (several workers).
-* Loading a checkpoint or starting an epoch clears all three.
+* Loading a checkpoint or starting an epoch clears both.
 * ``state_dict()`` refuses, in this order: untracked workers (except inside a
-  worker), an invalid checkpoint, then a state off a step boundary: packed
-  states always need one, row states when ``require_uniform`` is set.
-  StreamingDataLoader starts only at a step boundary when packing or with
-  several workers. :func:`uneven_counts` is the one test of a step boundary.
+  worker), then an invalid checkpoint. Nothing else: a checkpoint may be taken
+  after any delivered batch (D23).
 * The shared array travels only to processes being started (see
   ``_stats.spawning``); a plainly pickled gate keeps its flags without it.
 """
@@ -25,33 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._checkpoint import PackedState, State
 from ._stats import FLAG_UNTRACKED, spawning
-
-
-def uneven_counts(progress: State, splits: list[int], *, rows_too: bool) -> list[int]:
-    """The distinct counts of ``splits`` when they are not at one global step, else ``[]``.
-
-    Packed states count blocks emitted; row states count rows yielded, and are
-    only checked when ``rows_too``.
-    """
-    if isinstance(progress, PackedState):
-        counts = {progress.emitted[s] for s in splits}
-    elif rows_too:
-        counts = {progress.samples[s] for s in splits}
-    else:
-        return []
-    return sorted(counts) if len(counts) > 1 else []
-
-
-def check_loader_start(progress: State, rank_splits: list[int], num_workers: int) -> None:
-    """Raise ``RuntimeError`` when a StreamingDataLoader may not start from ``progress``."""
-    counts = uneven_counts(progress, rank_splits, rows_too=num_workers > 1)
-    if counts:
-        raise RuntimeError(
-            "StreamingDataLoader must start at a step boundary (every split of this rank at the same "
-            f"count, now {counts}); load a checkpoint taken at a step boundary"
-        )
 
 
 class CheckpointGate:
@@ -59,7 +29,6 @@ class CheckpointGate:
 
     def __init__(self, shared: Any) -> None:
         self.invalid_reason: str | None = None
-        self.require_uniform = False
         self._shared = shared
 
     @property
@@ -75,12 +44,7 @@ class CheckpointGate:
     def after_load(self) -> None:
         """A checkpoint was loaded or an epoch started: the state is known again."""
         self.invalid_reason = None
-        self.require_uniform = False
         self._set_untracked(False)
-
-    def after_commit(self, require_uniform: bool) -> None:
-        """A delivered batch was committed; it can only add the step-boundary requirement."""
-        self.require_uniform = self.require_uniform or require_uniform
 
     def after_failure(self, reason: str) -> None:
         """A batch failed before it reached the trainer; the first reason is kept."""
@@ -91,31 +55,19 @@ class CheckpointGate:
         """This process iterates inside a worker of a plain DataLoader."""
         self._set_untracked(True)
 
-    def check_state_dict(self, progress: State, rank_splits: list[int], *, in_worker: bool) -> None:
-        """Raise ``RuntimeError`` when ``state_dict()`` must refuse to answer for ``progress``."""
+    def check_state_dict(self, *, in_worker: bool) -> None:
+        """Raise ``RuntimeError`` when ``state_dict()`` must refuse to answer."""
         if self.untracked_workers and not in_worker:
             raise RuntimeError(
                 "a plain torch DataLoader with num_workers > 0 iterated this dataset, so its progress is "
-                "unknown here; use StreamingDataLoader, or load a checkpoint to continue"
+                "unknown here; use StreamingDataLoader (or torchdata's StatefulDataLoader), or load a "
+                "checkpoint to continue"
             )
         if self.invalid_reason is not None:
             raise RuntimeError(
                 f"checkpointing is disabled because {self.invalid_reason}; load the last good checkpoint "
                 "(load_state_dict) to continue"
             )
-        counts = uneven_counts(progress, rank_splits, rows_too=self.require_uniform)
-        if not counts:
-            return
-        if isinstance(progress, PackedState):
-            raise RuntimeError(
-                "packed checkpoints are only exact at step boundaries, when every split of this rank "
-                f"has emitted the same number of blocks (now {counts}); consume more blocks first"
-            )
-        raise RuntimeError(
-            "with several StreamingDataLoader workers, checkpoints are only exact at step "
-            f"boundaries, when every split of this rank has yielded the same number of rows (now "
-            f"{counts}); consume more batches first"
-        )
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)

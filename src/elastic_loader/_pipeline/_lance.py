@@ -246,6 +246,27 @@ class TableSource:
         return reader_for(self.table, self.version)
 
 
+def table_at(table: Any, version: int) -> Any:
+    """A second handle on ``table`` checked out at ``version`` (the caller's handle is left as it is).
+
+    Raises:
+        ValueError: the version no longer exists (old versions were cleaned up), or the table
+            cannot be reopened at a version.
+    """
+    conn = getattr(table, "_conn", None)
+    if conn is None or not hasattr(table, "checkout"):
+        raise ValueError(f"cannot reopen table {getattr(table, 'name', table)!r} at version {version}")
+    other = conn.open_table(table.name)
+    try:
+        other.checkout(version)
+    except Exception as exc:
+        raise ValueError(
+            f"table {table.name!r} has no version {version} any more (old versions were cleaned up), but "
+            "the checkpoint was written for it; resume from a newer checkpoint or start the epoch again"
+        ) from exc
+    return other
+
+
 def reader_for(table: Any, version: int | None) -> Reader:
     """A reader over a live table object, pinned to ``version`` where the table supports it."""
     try:

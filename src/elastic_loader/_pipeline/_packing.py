@@ -26,6 +26,7 @@ Rules:
 
 from __future__ import annotations
 
+import heapq
 import math
 import random
 import threading
@@ -421,6 +422,71 @@ def _record_state(
     return consumed, record.emitted0 + emitted_rel, buffer.tolist(), starts.tolist()
 
 
+def _cycles_ready(pipeline: Pipeline, feed: PackFeed, i: int, length: int) -> int | None:
+    """Cycles owned split ``i`` can complete, fetching as needed (``None``: unlimited, it only pads;
+    0: it must raise its document's error)."""
+    stream = feed.streams[i]
+    while True:
+        exhausted = pipeline.fetched_all(i) and stream.error is None
+        got = stream.available_cycles(length, exhausted)
+        if got is None or got > 0:
+            return got
+        if stream.error is not None:
+            return 0
+        unit = pipeline.next_unit()
+        if unit is None:
+            # A split not fetched in full has a unit in flight; one fetched in full is exhausted
+            # (available_cycles returned None above), so this cannot happen.
+            raise RuntimeError(f"internal error: packed split {i} starved with nothing in flight")
+        feed.distribute(unit[0], unit[1])
+
+
+def _replay(
+    pipeline: Pipeline, feed: PackFeed, targets: list[int | None], length: int, pad: int, counters: Counters
+) -> None:
+    """Emit, without yielding, the blocks of each projected split up to its target block count."""
+    for i, target in enumerate(targets):
+        stream = feed.streams[i]
+        while target is not None and stream.emitted < target:
+            got = _cycles_ready(pipeline, feed, i, length)
+            if got == 0:
+                assert stream.error is not None
+                raise ValueError(
+                    f"a packed split cannot reach the {target} blocks its checkpoint infers (a document "
+                    f"that must raise comes first: {stream.error}); the rank that saved the checkpoint was "
+                    "not in lockstep with this split's owner; merge every rank's state instead"
+                ) from stream.error
+            k = min(MAX_CHUNK_CYCLES, target - stream.emitted, got if got is not None else target)
+            _, _, record = emit_cycles(stream, k, length, pad)
+            counters.add(ready_rows=-int(record.docs[-1]))
+
+
+def _block(ids: np.ndarray, doc_ids: np.ndarray) -> dict[str, torch.Tensor]:
+    return {"input_ids": torch.from_numpy(ids), "doc_ids": torch.from_numpy(doc_ids)}
+
+
+def _catch_up(
+    pipeline: Pipeline, feed: PackFeed, length: int, pad: int, counters: Counters
+) -> Iterator[dict[str, torch.Tensor]]:
+    """Lagging splits emit one block at a time in (emitted, split) order until all are level."""
+    streams = feed.streams
+    top = max(s.emitted for s in streams)
+    lagging = [(s.emitted, i) for i, s in enumerate(streams) if s.emitted < top]
+    heapq.heapify(lagging)
+    while lagging:
+        count, i = heapq.heappop(lagging)
+        if _cycles_ready(pipeline, feed, i, length) == 0:
+            error = streams[i].error
+            assert error is not None
+            raise error
+        ids, doc_ids, record = emit_cycles(streams[i], 1, length, pad)
+        docs = int(record.docs[0])
+        counters.add(ready_rows=-docs, consumed_rows=docs, rows_delivered=docs)
+        if count + 1 < top:
+            heapq.heappush(lagging, (count + 1, i))
+        yield _block(ids[0], doc_ids[0])
+
+
 def iterate(
     pipeline: Pipeline,
     feed: PackFeed,
@@ -430,38 +496,22 @@ def iterate(
     pad: int,
     budget: int,
     counters: Counters,
+    targets: list[int | None] | None = None,
 ) -> Iterator[dict[str, torch.Tensor]]:
-    """Yield ``{"input_ids", "doc_ids"}`` blocks, one per owned split per cycle."""
+    """Yield ``{"input_ids", "doc_ids"}`` blocks of the owned splits in canonical order.
+
+    Projected splits first replay their blocks up to ``targets`` (not yielded); then lagging
+    splits catch up one block at a time; then every cycle yields one block per owned split.
+    """
     streams = feed.streams
     n = len(streams)
-    emitted = {s.emitted for s in streams}
-    if len(emitted) > 1:
-        raise ValueError(
-            "the packed checkpoint is not aligned across the splits this iterator owns (they emitted "
-            f"{sorted(emitted)} blocks); merge every rank's state with merge_state_dicts before resuming"
-        )
-
-    def cycles_ready(i: int) -> int | None:
-        """Cycles split ``i`` can complete, fetching as needed; 0 means it must raise."""
-        while True:
-            stream = streams[i]
-            exhausted = pipeline.fetched_all(i) and stream.error is None
-            got = stream.available_cycles(length, exhausted)
-            if got is None or got > 0:
-                return got
-            if stream.error is not None:
-                return 0
-            unit = pipeline.next_unit()
-            if unit is None:
-                # A split not fetched in full has a unit in flight; one fetched in full is exhausted
-                # (available_cycles returned None above), so this cannot happen.
-                raise RuntimeError(f"internal error: packed split {i} starved with nothing in flight")
-            feed.distribute(unit[0], unit[1])
-
+    if targets is not None:
+        _replay(pipeline, feed, targets, length, pad, counters)
+    yield from _catch_up(pipeline, feed, length, pad, counters)
     while streams[0].emitted < budget:
         ready: list[int | None] = []
         for i in range(n):
-            got = cycles_ready(i)
+            got = _cycles_ready(pipeline, feed, i, length)
             if got == 0:
                 error = streams[i].error
                 assert error is not None
@@ -469,10 +519,7 @@ def iterate(
             ready.append(got)
         finite = [r for r in ready if r is not None]
         k = min([MAX_CHUNK_CYCLES, budget - streams[0].emitted, *finite])
-        cut = []
-        for stream in streams:
-            ids, doc_ids, record = emit_cycles(stream, k, length, pad)
-            cut.append((ids, doc_ids, record))
+        cut = [emit_cycles(stream, k, length, pad) for stream in streams]
         progress.begin([record for _, _, record in cut], length)
         complete = False
         try:
@@ -480,7 +527,7 @@ def iterate(
                 for i in range(n):
                     ids, doc_ids, _ = cut[i]
                     progress.cursor += 1
-                    yield {"input_ids": torch.from_numpy(ids[c]), "doc_ids": torch.from_numpy(doc_ids[c])}
+                    yield _block(ids[c], doc_ids[c])
             complete = True
         finally:
             progress.end(complete, counters)

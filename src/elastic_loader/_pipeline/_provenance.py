@@ -38,7 +38,6 @@ from ._checkpoint import (
     as_int,
     check_identity,
     identity_of,
-    is_packed,
     need_keys,
     parse_packed,
     parse_row,
@@ -133,7 +132,11 @@ def write(identity: Identity, record: Record) -> dict[str, object]:
         extra["projected"] = dict(sorted(record.projected.items()))
     if record.cursor is not None:
         c = record.cursor
-        extra["cursor"] = {"world_size": c.world_size, "num_workers": c.num_workers, "next_roles": list(c.next_roles)}
+        extra["cursor"] = {
+            "world_size": c.world_size,
+            "num_workers": c.num_workers,
+            "next_roles": list(c.next_roles),
+        }
     if record.table is not None:
         extra["table"] = {"version": record.table[0], "rows": record.table[1]}
     out[KEY] = extra
@@ -158,7 +161,8 @@ def _projected(raw: object, state: State, num_splits: int) -> dict[int, int]:
     out: dict[int, int] = {}
     for key, value in raw.items():
         split = int(key) if isinstance(key, str) and key.isdigit() else key
-        if isinstance(split, bool) or not isinstance(split, int) or not 0 <= split < num_splits or split in out:
+        valid = isinstance(split, int) and not isinstance(split, bool) and 0 <= split < num_splits
+        if not valid or split in out:
             raise ValueError(f"{KEY}['projected'] key {key!r} is not a distinct split id")
         out[split] = as_int(value, "projected target")
         assert isinstance(state, PackedState)
@@ -224,15 +228,15 @@ def read(identity: Identity, checkpoint: object, split_len: int | None, *, alone
     n = identity.num_splits
     state: State
     if identity.packing is None:
-        state = parse_row(st, n)
-        reach = state.positions
+        rows = parse_row(st, n)
+        state, reach = rows, rows.positions
     else:
-        state = parse_packed(st, n)
-        reach = state.consumed
+        packed = parse_packed(st, n)
+        state, reach = packed, packed.consumed
         budget = identity.packing[3] // n
-        if any(e > budget for e in state.emitted):
+        if any(e > budget for e in packed.emitted):
             raise ValueError(f"checkpoint emitted more blocks than the budget of {budget} per split")
-        check_buffers(state, identity.packing[1])
+        check_buffers(packed, identity.packing[1])
     if split_len is not None and any(p > split_len for p in reach):
         raise ValueError(f"checkpoint progress lies beyond the end of the splits ({split_len} rows each)")
     extra = st.get(KEY)
@@ -297,15 +301,13 @@ def merge(checkpoints: Sequence[object]) -> dict[str, object]:
     if not checkpoints:
         raise ValueError("merge_state_dicts needs at least one state dict")
     parsed = [as_dict(c) for c in checkpoints]
-    first = parsed[0]
-    for st in parsed:
-        if is_packed(st) != is_packed(first):
-            raise ValueError("cannot merge packed and row-mode state dicts")
     identity = identity_of(parsed)
     records = [read(identity, st, None, alone=False) for st in parsed]
     tables = {r.table for r in records if r.table is not None}
     if len(tables) > 1:
-        raise ValueError(f"the state dicts were written for different table versions: {sorted(tables, key=str)}")
+        raise ValueError(
+            f"the state dicts were written for different table versions: {sorted(map(str, tables))}"
+        )
     chosen: list[Record] = []
     for split in range(identity.num_splits):
         reporters = [r for r in records if split in r.reported]
@@ -319,12 +321,12 @@ def merge(checkpoints: Sequence[object]) -> dict[str, object]:
     merged = fresh(_pick(records[0].state, chosen), tables.pop() if tables else None)
     merged.projected = {s: r.projected[s] for s, r in enumerate(chosen) if s in r.projected}
     merged.cursor = _merge_cursor(records, identity.num_splits)
-    if isinstance(merged.state, PackedState) and any(KEY not in st for st in parsed):
-        if len(set(merged.state.emitted)) > 1:
-            raise ValueError(
-                "packed state dicts were not taken at the same global step, or do not cover every rank "
-                f"(blocks emitted per split after merging: {merged.state.emitted})"
-            )
+    legacy = any(KEY not in st for st in parsed)
+    if isinstance(merged.state, PackedState) and legacy and len(set(merged.state.emitted)) > 1:
+        raise ValueError(
+            "packed state dicts were not taken at the same global step, or do not cover every rank "
+            f"(blocks emitted per split after merging: {merged.state.emitted})"
+        )
     return write(identity, merged)
 
 
@@ -337,7 +339,8 @@ def _pick(template: State, chosen: Sequence[Record]) -> State:
         )
     packs = [r.state for r in chosen if isinstance(r.state, PackedState)]
     buffers = {s: p.buffers[s] for s, p in enumerate(packs) if s in p.buffers}
-    return PackedState([p.consumed[s] for s, p in enumerate(packs)], [p.emitted[s] for s, p in enumerate(packs)], buffers)
+    consumed = [p.consumed[s] for s, p in enumerate(packs)]
+    return PackedState(consumed, [p.emitted[s] for s, p in enumerate(packs)], buffers)
 
 
 def _merge_cursor(records: Sequence[Record], num_splits: int) -> Cursor | None:
@@ -466,6 +469,18 @@ def _assemble(
             elif counts[s] > emitted[s]:
                 projected[s] = counts[s]
         state = PackedState(consumed, emitted, buffers)
+    reported = frozenset(own)
     return replace(
-        start, state=state, reported=frozenset(own), unknown=frozenset(unknown), projected=projected, cursor=cursor
+        start, state=state, reported=reported, unknown=frozenset(unknown), projected=projected, cursor=cursor
     )
+
+
+def pinned_version(checkpoint: object) -> int | None:
+    """The table version a checkpoint was written for, when it names a valid one (``None`` else:
+    :func:`read` then reports what is malformed)."""
+    if not isinstance(checkpoint, Mapping):
+        return None
+    extra = checkpoint.get(KEY)
+    table = extra.get("table") if isinstance(extra, Mapping) else None
+    version = table.get("version") if isinstance(table, Mapping) else None
+    return version if isinstance(version, int) and not isinstance(version, bool) and version >= 0 else None

@@ -11,6 +11,9 @@ Rules:
   (``_demand``) and start positions; packing reads each unit in row-id order.
 * Progress is answered for any base state: the owned splits take the live
   cursor's values, every other split keeps the base's.
+* Packed splits the checkpoint projected first replay their documents up to
+  their target block count, silently (``_packing.iterate``); then lagging
+  splits catch up. ``handed_out`` counts the items yielded, replay excluded.
 * A dataset has one :class:`Lease`: at most one active iterator, either a
   StreamingDataLoader (holding a token for its whole iteration, while worker
   processes iterate their own copies) or a running session.
@@ -48,6 +51,8 @@ class Session:
     reader: Reader
     counters: Counters
     hook: _fetch.TimingHook | None
+    targets: dict[int, int] = field(default_factory=dict)
+    """Projected owned splits (packing): the block count each replays to before yielding."""
     row_cursor: _rows.RowCursor | None = field(default=None, init=False)
     pack_cursor: _packing.PackCursor | None = field(default=None, init=False)
     pipeline: _fetch.Pipeline | None = field(default=None, init=False)
@@ -115,6 +120,7 @@ class Session:
             pad=pad,
             budget=self.blocks_per_epoch // settings.num_splits,
             counters=counters,
+            targets=[self.targets.get(s) for s in owned] if self.targets else None,
         )
 
     def statistics(self) -> Statistics:
@@ -163,6 +169,16 @@ class Session:
                     buffers.pop(s, None)
             return PackedState(consumed, emitted, buffers)
         return base
+
+    def handed_out(self, base: State) -> int:
+        """Items this iteration yielded so far (replayed blocks of projected splits not counted)."""
+        now = self.progress(base)
+        if isinstance(now, RowState):
+            assert isinstance(self.start, RowState)
+            return sum(now.samples[s] - self.start.samples[s] for s in self.owned)
+        assert isinstance(self.start, PackedState)
+        first = {s: max(self.start.emitted[s], self.targets.get(s, 0)) for s in self.owned}
+        return max(0, sum(now.emitted[s] - first[s] for s in self.owned))
 
     def close(self) -> None:
         """Stop the pipeline (queued work is cancelled)."""

@@ -8,6 +8,10 @@ Rules:
   one place that says so (for the dataset and for StreamingDataLoader alike).
 * ``worker_info_override`` (simulated workers) wins over torch's worker info;
   an iterator with neither owns the whole rank block.
+* A real torch worker ``w`` of a StreamingDataLoader plays *role* ``(w + rotation)
+  % nw`` and owns that role's sub-block: a loader resumed on the same topology
+  starts its round robin with the role whose batch came next (the rotation;
+  0 on a new topology).
 """
 
 from __future__ import annotations
@@ -32,13 +36,24 @@ def check_workers(splits_per_rank: int, num_workers: int) -> None:
         )
 
 
-def owned_splits(rank_splits: list[int], override: Any, torch_info: Any) -> tuple[list[int], int | None]:
+def role_splits(rank_splits: list[int], num_workers: int, role: int) -> list[int]:
+    """The sub-block of ``rank_splits`` that worker role ``role`` of ``num_workers`` owns."""
+    if num_workers <= 1:
+        return list(rank_splits)
+    per = len(rank_splits) // num_workers
+    return rank_splits[role * per : (role + 1) * per]
+
+
+def owned_splits(
+    rank_splits: list[int], override: Any, torch_info: Any, rotation: int = 0
+) -> tuple[list[int], int | None]:
     """The splits one iterator reads, and the torch worker id when it runs inside a real worker.
 
     Args:
         rank_splits: the rank's block.
         override: ``worker_info_override`` (``None``: not set).
         torch_info: ``torch.utils.data.get_worker_info()`` of the calling process.
+        rotation: the role torch worker 0 plays (StreamingDataLoader; real workers only).
 
     Raises:
         ValueError: the worker info is invalid, or the workers cannot share the block.
@@ -55,5 +70,5 @@ def owned_splits(rank_splits: list[int], override: Any, torch_info: Any) -> tupl
     if nw <= 0 or not 0 <= w < nw:
         raise ValueError(f"invalid worker info: id={w}, num_workers={nw}")
     check_workers(len(rank_splits), nw)
-    per = len(rank_splits) // nw
-    return rank_splits[w * per : (w + 1) * per], real_worker
+    role = w if override is not None else (w + rotation) % nw
+    return role_splits(rank_splits, nw, role), real_worker

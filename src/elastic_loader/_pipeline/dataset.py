@@ -11,7 +11,12 @@ Rules:
 * One iterator at a time per instance (``_session.Lease``); StreamingDataLoader
   holds the lease for its whole iteration and commits worker checkpoints
   here, through :class:`LoaderLink`, the one interface it uses.
-* ``state_dict()`` answers only while the checkpoint gate (``_gate``) is open.
+* ``state_dict()`` answers only while the checkpoint gate (``_gate``) is open,
+  after any delivered batch. It reports this rank's splits and infers the other
+  ranks' (``_provenance``) from the session's ledger (``_ledger``): the start
+  and every pass since.
+* Under a StreamingDataLoader the progress is what the trainer received (the
+  commits), never what was read ahead; a plain iteration's progress is live.
 * Pickling sends a recipe to reopen the table, the row ids (``_rowfile``: a
   shared-memory file during worker start-up, so each worker maps only what it
   reads), the progress and the cumulative counters; never live threads or
@@ -30,15 +35,16 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from .._exports import public
 from . import _checkpoint as ckpt
-from . import _fetch
+from . import _fetch, _provenance
 from ._epoch import build_epoch, start_progress
-from ._gate import CheckpointGate, check_loader_start
-from ._lance import Reader, SplitRows, TableSource, describe
+from ._gate import CheckpointGate
+from ._lance import Reader, SplitRows, TableSource, describe, table_at
+from ._ledger import Ledger
 from ._rowfile import RowFile, rows_of
 from ._session import Lease, Session
 from ._settings import Settings, settings_for
 from ._stats import Counters, StatisticField, Statistics, new_shared, zero_worker_gauges
-from ._topology import check_workers, owned_splits, rank_block
+from ._topology import check_workers, owned_splits, rank_block, role_splits
 from ._validate import check_epoch
 
 logger = logging.getLogger("elastic_loader")
@@ -159,19 +165,29 @@ class StreamingDataset(IterableDataset[Any]):
         self._lease = Lease()
         self._timing_hook: _fetch.TimingHook | None = None
         self._rank_splits = rank_block(rank, self._settings.splits_per_rank)
+        self._rotation = 0  # the role torch worker 0 plays in the running StreamingDataLoader
+        self._transport = False  # the running session feeds a StreamingDataLoader in this process
         self._build_epoch()
 
     # ------------------------------------------------------------ epochs
 
-    def _build_epoch(self) -> None:
-        """Build epoch ``self._epoch`` and reset progress to its start."""
-        epoch = build_epoch(self._table, self._settings, self._epoch)
+    def _build_epoch(self, version: int | None = None) -> None:
+        """Build epoch ``self._epoch`` (of table version ``version``, default the latest) and reset
+        progress and the session ledger to its start."""
+        table = self._table if version is None else table_at(self._table, version)
+        epoch = build_epoch(table, self._settings, self._epoch)
         self._perm: SplitRows = epoch.perm
         self._row_ids: np.ndarray = epoch.perm.rows
         self._row_file = RowFile()  # a file of an earlier epoch holds other row ids
         self._reader_cache: Reader | None = epoch.reader
         self._blocks_per_epoch = epoch.blocks_per_epoch
         self._progress: ckpt.State = start_progress(self._settings)
+        start = _provenance.fresh(self._progress, self._table_pin())
+        self._ledger = Ledger(start, self._settings.world_size, self._settings.rank)
+
+    def _table_pin(self) -> tuple[int | None, int]:
+        """The table version of this epoch's permutation and the rows it holds."""
+        return self._perm.base_version, self._perm.num_splits * self._perm.split_len
 
     def set_epoch(self, epoch: int) -> None:
         """Start epoch ``epoch``: rebuild the permutation and reset progress to its beginning.
@@ -240,22 +256,34 @@ class StreamingDataset(IterableDataset[Any]):
 
     def _run(self, transport: bool) -> Iterator[Any]:
         override = self._settings.worker_info_override
-        owned, worker = owned_splits(self._rank_splits, override, get_worker_info())
+        owned, worker = owned_splits(self._rank_splits, override, get_worker_info(), self._rotation)
         if worker is not None:
             self._counters.publish_as_worker(worker)
             if not transport:
                 self._gate.after_untracked_iteration()
         rows = [np.asarray(self._row_ids[s]) for s in owned]
         blocks, reader, hook = self._blocks_per_epoch, self._reader, self._timing_hook
-        session = Session(self._settings, owned, rows, self._progress, blocks_per_epoch=blocks, reader=reader,
-                          counters=self._counters, hook=hook)
-        self._lease.session = session
+        targets = {s: t for s, t in self._ledger.start.projected.items() if s in owned}
+        session = Session(
+            self._settings,
+            owned,
+            rows,
+            self._progress,
+            blocks_per_epoch=blocks,
+            reader=reader,
+            counters=self._counters,
+            hook=hook,
+            targets=targets,
+        )
+        self._lease.session, self._transport = session, transport
         try:
             yield from session.items()
         finally:
-            self._progress = session.progress(self._progress)
+            if not transport:  # under a loader, the commits say what the trainer received
+                self._ledger.plain_pass(session.handed_out(self._progress), owned)
+                self._progress = session.progress(self._progress)
             session.close()
-            self._lease.session = None
+            self._lease.session, self._transport = None, False
             self._counters.idle()
 
     @property
@@ -293,11 +321,29 @@ class StreamingDataset(IterableDataset[Any]):
         return self._settings.identity(self._epoch, self._perm.fingerprint, self._blocks_per_epoch)
 
     def _current_progress(self) -> ckpt.State:
+        """The live progress: the running session's (read ahead included under a loader)."""
         session = self._lease.session
         return self._progress if session is None else session.progress(self._progress)
 
     def _snapshot(self) -> dict[str, object]:
         return ckpt.snapshot(self._identity, self._current_progress())
+
+    def _record(self) -> _provenance.Record:
+        """What ``state_dict()`` reports: the trainer's progress and the ledger's inference."""
+        session, live = self._lease.session, None
+        progress = self._progress
+        if session is not None and not self._transport:
+            progress = session.progress(self._progress)
+            live = (session.handed_out(self._progress), session.owned)
+        passes, touched = self._ledger.now(live)
+        s = self._settings
+        budget = None if self._blocks_per_epoch is None else self._blocks_per_epoch // s.num_splits
+        skipping = s.on_transform_error != "raise"
+        start = self._ledger.start
+        split_len = self._perm.split_len
+        return _provenance.infer(
+            start, progress, touched, passes, s.world_size, s.rank, split_len, budget, skipping
+        )
 
     def state_dict(self) -> dict[str, object]:
         """The checkpoint: settings plus per-split progress, in ``lancedb.streaming``'s format.
@@ -306,34 +352,55 @@ class StreamingDataset(IterableDataset[Any]):
         ``positions_consumed_per_split`` (one past the last yielded row's
         permutation position; ahead of samples when rows were skipped). Packed
         mode: positions consumed, blocks emitted and the non-empty partial
-        buffers. Splits this rank does not own keep the values last loaded, so
-        merging every rank's state is exact.
+        buffers. Any delivered batch will do: mid-step, packed, several workers.
+
+        This rank's splits are reported as they are. Every other split is
+        inferred by assuming the other ranks delivered the same batches
+        (lockstep), so this one state resumes the whole job on any topology; the
+        extra key ``elastic_loader`` says which splits are which (and is ignored
+        by ``lancedb.streaming``). With ``on_transform_error`` other than
+        ``"raise"`` another rank's skipped rows cannot be known: those splits are
+        marked unknown, and only a merge of every rank's state resumes them.
 
         Raises:
             RuntimeError: a plain ``DataLoader`` with workers iterated this
                 dataset (its prefetching makes the parent's progress unknown; use
-                ``StreamingDataLoader``); a delivered batch failed; or the state
-                is not at a step boundary where one is needed (packing, or a
-                ``StreamingDataLoader`` with several workers).
+                ``StreamingDataLoader``), or a delivered batch failed.
         """
-        progress = self._current_progress()
-        self._gate.check_state_dict(progress, self._rank_splits, in_worker=get_worker_info() is not None)
-        return ckpt.snapshot(self._identity, progress)
+        self._gate.check_state_dict(in_worker=get_worker_info() is not None)
+        return _provenance.write(self._identity, self._record())
 
     def load_state_dict(self, state: dict[str, object]) -> None:
         """Resume from ``state`` (a ``state_dict()``, possibly merged over ranks).
 
-        Clears any earlier checkpoint invalidation.
+        Clears any earlier checkpoint invalidation. The epoch goes on over the
+        table version the checkpoint was written for (Lance time travel), so
+        rows added, deleted or changed since do not shift it.
 
         Raises:
             TypeError: ``state`` is not a dict.
             ValueError: it does not match this dataset (``num_splits``,
                 ``shuffle_seed``, ``epoch``, ``perm_fingerprint``, row vs packed,
-                packing settings), is malformed, or lies beyond the epoch.
+                packing settings), is malformed, edited or corrupted (digest),
+                holds progress no run produces, lies beyond the epoch, does not
+                know the progress of a split of this rank, or names a table
+                version that no longer exists.
             RuntimeError: an iterator over this dataset is active.
         """
         self._lease.refuse_while_active("load_state_dict")
-        self._progress = ckpt.parse_for(self._identity, state, self._perm.split_len)
+        version = _provenance.pinned_version(state)
+        if version is not None and self._perm.base_version is not None and version != self._perm.base_version:
+            self._build_epoch(version)
+        record = _provenance.read(self._identity, state, self._perm.split_len)
+        _provenance.require_known(record, self._rank_splits)
+        if record.table is not None and record.table[1] != self._table_pin()[1]:
+            raise ValueError(
+                f"the checkpoint was written for a permutation of {record.table[1]} rows, this dataset's "
+                f"holds {self._table_pin()[1]} at table version {self._perm.base_version}; the table or its "
+                "filter differs"
+            )
+        self._progress = record.state
+        self._ledger.reset(record)
         self._gate.after_load()
 
     @staticmethod
@@ -342,12 +409,15 @@ class StreamingDataset(IterableDataset[Any]):
 
         See :func:`elastic_loader.merge_state_dicts`.
         """
-        return ckpt.merge_state_dicts(states)
+        return _provenance.merge(states)
 
-    def _commit(self, state: object, *, require_uniform: bool) -> None:
-        """Fold a delivered worker batch's checkpoint into this (parent) dataset."""
+    def _commit(self, state: object, worker: int | None, num_workers: int) -> None:
+        """Fold a delivered batch's checkpoint (from torch worker ``worker``) into this dataset."""
         self._progress = ckpt.commit(self._identity, self._progress, state)
-        self._gate.after_commit(require_uniform)
+        splits = self._rank_splits
+        if worker is not None:
+            splits = role_splits(splits, num_workers, (worker + self._rotation) % num_workers)
+        self._ledger.delivered(worker, splits)
 
     def _invalidate(self, reason: str) -> None:
         self._gate.after_failure(reason)
@@ -413,11 +483,6 @@ class LoaderLink:
     def __init__(self, dataset: StreamingDataset) -> None:
         self._dataset = dataset
 
-    @property
-    def packed(self) -> bool:
-        """Packing: checkpoints are only exact at step boundaries."""
-        return self._dataset._settings.packed
-
     def check_workers(self, num_workers: int) -> None:
         """Raise ``ValueError`` when ``num_workers`` cannot share this rank's splits."""
         check_workers(self._dataset._settings.splits_per_rank, num_workers)
@@ -430,10 +495,15 @@ class LoaderLink:
         """Give the lease back."""
         self._dataset._lease.release(token)
 
-    def check_start(self, num_workers: int) -> None:
-        """Raise ``RuntimeError`` unless the dataset's progress is where a loader may start."""
+    def open(self, num_workers: int, batch_size: int) -> None:
+        """A loader iteration starts: its workers' roles continue the last loader's rotation."""
         dataset = self._dataset
-        check_loader_start(dataset._current_progress(), dataset._rank_splits, num_workers)
+        dataset._rotation = dataset._ledger.rotation(num_workers)
+        dataset._ledger.open_loader(num_workers, batch_size, dataset._rotation)
+
+    def close(self) -> None:
+        """The loader iteration is over."""
+        self._dataset._ledger.close_loader()
 
     def items(self) -> Iterator[Any]:
         """The dataset's items for torch (no lease of their own: the loader holds it)."""
@@ -443,9 +513,9 @@ class LoaderLink:
         """The checkpoint of this process's dataset right now (no gate: it travels with a batch)."""
         return self._dataset._snapshot()
 
-    def commit(self, state: object, *, require_uniform: bool) -> None:
-        """Fold a delivered batch's checkpoint into the dataset."""
-        self._dataset._commit(state, require_uniform=require_uniform)
+    def commit(self, state: object, worker: int | None, num_workers: int) -> None:
+        """Fold a delivered batch's checkpoint (from torch worker ``worker``) into the dataset."""
+        self._dataset._commit(state, worker, num_workers)
 
     def invalidate(self, reason: str) -> None:
         """A batch failed before it reached the trainer: close the checkpoint gate."""
@@ -458,12 +528,14 @@ class LoaderLink:
 
 @public
 def merge_state_dicts(states: list[dict[str, object]]) -> dict[str, object]:
-    """Merge the ``state_dict()`` of every rank, taken at the same global step, into one.
+    """Merge the ``state_dict()`` of every rank into one that resumes on any topology.
 
     Collect the states of *all* ranks of the previous run, merge them, and load
     the same merged dict on every rank of the next run, whatever its world
-    size. Each rank's state is exact for its own splits and holds the loaded
-    values for the others, so an element-wise maximum recovers every split.
+    size. Every split takes the furthest value among the states that *report*
+    it (written by the rank that owned it), so the merge is exact even when the
+    ranks were not in lockstep. States written by ``lancedb.streaming`` report
+    every split.
 
     >>> a = {"shuffle_seed": 0, "num_splits": 2, "epoch": 0,
     ...      "samples_consumed_per_split": [3, 0], "positions_consumed_per_split": [5, 0]}
@@ -474,10 +546,11 @@ def merge_state_dicts(states: list[dict[str, object]]) -> dict[str, object]:
 
     Raises:
         TypeError: a state is not a dict.
-        ValueError: no states, mixed modes or settings, wrong lengths, or
-            packed states not at one global step.
+        ValueError: no states, mixed modes or settings, wrong lengths, a
+            split that no state reports (a rank was left out), or packed states
+            of ``lancedb.streaming`` not at one global step.
     """
-    return ckpt.merge_state_dicts(states)
+    return _provenance.merge(states)
 
 
 __all__ = ["StreamingDataset", "merge_state_dicts", "Statistics"]

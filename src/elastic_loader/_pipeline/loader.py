@@ -62,6 +62,8 @@ _POSITIONAL = (
 class _Delivered(NamedTuple):
     data: Any
     state: dict[str, object]
+    worker: int | None
+    """The torch worker that produced the batch (``None``: the main process)."""
 
 
 class _Adapter(IterableDataset[Any]):
@@ -110,7 +112,7 @@ class _CommitCollate:
         adapter = info.dataset if info is not None else self._adapter
         if not isinstance(adapter, _Adapter):
             raise RuntimeError("StreamingDataLoader collate ran outside of a dataset iteration")
-        return _Delivered(data, adapter.link.snapshot())
+        return _Delivered(data, adapter.link.snapshot(), None if info is None else info.id)
 
 
 _END = object()
@@ -134,7 +136,7 @@ class _CommitIterator:
         inner: Any,
         link: LoaderLink,
         token: int,
-        require_uniform: bool,
+        num_workers: int,
         sync: Any = None,
         length: Callable[[], int] | None = None,
     ) -> None:
@@ -142,7 +144,7 @@ class _CommitIterator:
         self._length = length
         self._link = link
         self._token: int | None = token
-        self._require_uniform = require_uniform
+        self._num_workers = num_workers
         self._sync = sync
         self._done = False
 
@@ -173,7 +175,7 @@ class _CommitIterator:
         try:
             if not isinstance(batch, _Delivered):
                 raise RuntimeError("StreamingDataLoader received a batch without its checkpoint")
-            self._link.commit(batch.state, require_uniform=self._require_uniform)
+            self._link.commit(batch.state, batch.worker, self._num_workers)
         except BaseException as exc:
             self._link.invalidate(f"a batch's checkpoint could not be committed ({exc!r})")
             self._finish()
@@ -196,6 +198,7 @@ class _CommitIterator:
                     close()
         finally:
             self._link.workers_done()
+            self._link.close()
             self._link.release(token)
 
     def close(self) -> None:
@@ -224,8 +227,9 @@ class StreamingDataLoader(DataLoader[Any]):
     ``multiprocessing_context``, workers start from a fork server that preloads
     torch, NumPy and pyarrow but never LanceDB or lance (``"spawn"``
     where fork servers do not exist): plain fork is unsafe once LanceDB's
-    runtime threads run in the parent. With several workers, ``state_dict()`` answers
-    at step boundaries, when every split of the rank has yielded the same count.
+    runtime threads run in the parent. ``state_dict()`` answers after any delivered
+    batch; a loader resumed on the same ``world_size`` and ``num_workers`` continues the
+    round robin of workers where it stood, so the batch sequence goes on unchanged.
 
     ``sync_epoch_end`` (``False``, ``True`` for the default process group, or a
     ``torch.distributed`` process group) makes every rank stop at the same global
@@ -285,11 +289,11 @@ class StreamingDataLoader(DataLoader[Any]):
         link.check_workers(workers)
         token = link.acquire()
         try:
-            link.check_start(workers)
+            link.open(workers, 1 if self.batch_size is None else self.batch_size)
             inner = super().__iter__()
         except BaseException:
+            link.close()
             link.release(token)
             raise
-        uniform = workers > 1 or link.packed
         sync, length = self._sync, self.__len__
-        return _CommitIterator(inner, link, token, require_uniform=uniform, sync=sync, length=length)
+        return _CommitIterator(inner, link, token, workers, sync=sync, length=length)

@@ -676,6 +676,8 @@ def rank_checkpoint(
     limit = caps(start, split_len)
     cursor = start.cursor
     for p in passes:
+        if p.batches == 0:
+            continue  # a pass that delivered nothing changes nothing, not even the cursor
         roles = [0] * world_size
         for r in range(world_size):
             if r == rank:

@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 from elastic_loader import merge_state_dicts
 from elastic_loader._pipeline import _checkpoint as pipe
 from elastic_loader.spec import checkpoint as spec
+from elastic_loader.spec import saved
 from elastic_loader.spec.errors import SpecError
 from elastic_loader.spec.packing import PackBuffer, PackedState
 from elastic_loader.spec.rows import RowState
@@ -348,7 +349,7 @@ def test_merge_matches_the_spec(data: st.DataObject, ranks: int) -> None:
     if data.draw(st.integers(0, 9)) == 0:
         states.append(data.draw(st.sampled_from(([], "state", None, 3))))
     spec_input: list[object] = copy.deepcopy(states)
-    want = ordered(outcome(lambda: spec.merge_state_dicts(spec_input)))
+    want = ordered(outcome(lambda: saved.merge_state_dicts(spec_input)))
     got = ordered(outcome(lambda: merge_state_dicts(states)))  # type: ignore[arg-type]  # malformed on purpose
     assert got == want, states
 
@@ -364,7 +365,7 @@ def test_merge_matches_the_spec(data: st.DataObject, ranks: int) -> None:
 )
 def test_merge_without_splits_is_a_value_error(states: list[dict[str, object]]) -> None:
     with pytest.raises(ValueError):
-        spec.merge_state_dicts(states)
+        saved.merge_state_dicts(states)
     with pytest.raises(ValueError):
         merge_state_dicts(states)
 
@@ -411,7 +412,7 @@ def test_merge_rejects_impossible_packing_settings(setting: dict[str, int]) -> N
     case = Case(RunConfig(2, 1, 1, None, PackingConfig(3, 1, 0, 4)))
     state = {**spec.snapshot_packed(case.config, PackedState((0, 0), (0, 0))), **setting}
     with pytest.raises(ValueError):
-        spec.merge_state_dicts([state])
+        saved.merge_state_dicts([state])
     with pytest.raises(ValueError):
         merge_state_dicts([state])
 
@@ -481,7 +482,7 @@ def spec_load(config: RunConfig, state: object, split_len: int = SPLIT_LEN) -> R
 
 def packed_checkpoint(**changes: object) -> dict[str, Any]:
     """A well-formed packed checkpoint of ``PACKED`` at step 1, with ``changes`` applied."""
-    state = PackedState((3, 4), (1, 1), {0: PackBuffer((7, 8, 9), (0, 2))})
+    state = PackedState((3, 4), (1, 1), {0: PackBuffer((7, 1, 9, 1), (0, 2))})  # eos_id is 1
     return {**spec.snapshot_packed(PACKED, state), **changes}
 
 
@@ -518,7 +519,7 @@ def assert_everywhere(config: RunConfig, bad: dict[str, Any], match: str | None 
     errors = [
         spec_error(lambda: spec_load(config, bad)),
         spec_commit,
-        spec_error(lambda: spec.merge_state_dicts([good, bad])),
+        spec_error(lambda: saved.merge_state_dicts([good, bad])),
     ]
     classes = {builtin(e) for e in errors if e is not None}
     assert None not in errors and len(classes) == 1, errors
@@ -642,13 +643,14 @@ def test_document_starts_must_increase_strictly_and_index_the_buffer(
 
 @pytest.mark.parametrize(
     ("tokens", "starts"),
-    [([5, 6], []), ([5, 6], [0]), ([5, 6], [1]), ([5, 6], [0, 1]), ((5, 6, 7), (0, 2)), ([], [])],
+    # eos_id is 1: a buffer the packer leaves ends with it, and every document start follows it
+    [([5, 1], []), ([5, 1], [0]), ([1, 1], [1]), ([1, 1], [0, 1]), ((5, 1, 1), (0, 2)), ([], [])],
 )
 def test_document_starts_inside_the_buffer_are_accepted(tokens: list[int], starts: list[int]) -> None:
     state = packed_checkpoint(pack_buffers={1: {"tokens": tokens, "starts": starts}})
     assert assert_load_agrees(PACKED, state) is None
     got = merge_state_dicts([state])
-    assert list(got.items()) == list(spec.merge_state_dicts([state]).items())
+    assert list(got.items()) == list(saved.merge_state_dicts([state]).items())
 
 
 # ------------------------------------------------------------------ progress at its bounds
@@ -688,7 +690,7 @@ def test_a_legacy_sample_count_of_zero_means_no_progress() -> None:
     state = row_checkpoint(samples_consumed_per_split=0)
     del state["positions_consumed_per_split"]
     assert assert_load_agrees(ROW, state) is None
-    assert list(merge_state_dicts([state]).items()) == list(spec.merge_state_dicts([state]).items())
+    assert list(merge_state_dicts([state]).items()) == list(saved.merge_state_dicts([state]).items())
 
 
 @pytest.mark.parametrize("legacy", [-1, True, False, 1.0])

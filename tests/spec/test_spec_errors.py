@@ -485,7 +485,6 @@ TRIGGERS: list[tuple[str, str, Callable[[], object]]] = [
     ("reported_out_of_range", "reported id", lambda: load_saved(C, with_extra(R, reported=[2]), 5)),
     ("reported_out_of_range", "Saved", lambda: Saved(C, initial_row_state(2), frozenset({3}))),
     ("unknown_reported", "Saved", lambda: Saved(C, initial_row_state(2), frozenset({0}), frozenset({0}))),
-    ("unknown_packed", "Saved", lambda: Saved(PC, initial_packed_state(2), frozenset({0}), frozenset({1}))),
     (
         "projection_rows",
         "Saved",

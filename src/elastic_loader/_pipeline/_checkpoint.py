@@ -206,6 +206,33 @@ def check_identity(state: Mapping[str, object], identity: Identity) -> None:
                 raise ValueError(f"{key} mismatch: checkpoint has {state[key]!r}, this dataset has {ours!r}")
 
 
+def parse_for(identity: Identity, state: object, split_len: int | None) -> State:
+    """Validate the reference keys of ``state`` for a dataset with ``identity``; its progress.
+
+    ``split_len=None`` (merging) skips the checks against the split length.
+
+    Raises:
+        TypeError: ``state`` is not a dict.
+        ValueError: a missing key, a mismatched setting, a list of the wrong
+            length, or progress outside the split or the block budget.
+    """
+    st = as_dict(state)
+    check_identity(st, identity)
+    n = identity.num_splits
+    if identity.packing is None:
+        row = parse_row(st, n)
+        if split_len is not None and any(p > split_len for p in row.positions):
+            raise ValueError(f"checkpoint progress lies beyond the end of the splits ({split_len} rows each)")
+        return row
+    packed = parse_packed(st, n)
+    budget = identity.packing[3] // n
+    if split_len is not None and any(c > split_len for c in packed.consumed):
+        raise ValueError(f"checkpoint progress lies beyond the end of the splits ({split_len} rows each)")
+    if any(e > budget for e in packed.emitted):
+        raise ValueError(f"checkpoint emitted more blocks than the budget of {budget} per split")
+    return packed
+
+
 def commit(identity: Identity, parent: State, incoming: object) -> State:
     """Fold one consumed worker batch's checkpoint into the parent's progress."""
     st = as_dict(incoming)

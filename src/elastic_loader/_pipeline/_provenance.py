@@ -36,11 +36,9 @@ from ._checkpoint import (
     State,
     as_dict,
     as_int,
-    check_identity,
     identity_of,
     need_keys,
-    parse_packed,
-    parse_row,
+    parse_for,
     snapshot,
 )
 
@@ -224,21 +222,11 @@ def read(identity: Identity, checkpoint: object, split_len: int | None, *, alone
             match, progress no run produces.
     """
     st = as_dict(checkpoint)
-    check_identity(st, identity)
+    state = parse_for(identity, st, split_len)
     n = identity.num_splits
-    state: State
-    if identity.packing is None:
-        rows = parse_row(st, n)
-        state, reach = rows, rows.positions
-    else:
-        packed = parse_packed(st, n)
-        state, reach = packed, packed.consumed
-        budget = identity.packing[3] // n
-        if any(e > budget for e in packed.emitted):
-            raise ValueError(f"checkpoint emitted more blocks than the budget of {budget} per split")
-        check_buffers(packed, identity.packing[1])
-    if split_len is not None and any(p > split_len for p in reach):
-        raise ValueError(f"checkpoint progress lies beyond the end of the splits ({split_len} rows each)")
+    if identity.packing is not None:
+        assert isinstance(state, PackedState)
+        check_buffers(state, identity.packing[1])
     extra = st.get(KEY)
     if extra is None:
         if alone and isinstance(state, PackedState) and len(set(state.emitted)) > 1:
@@ -259,8 +247,8 @@ def read(identity: Identity, checkpoint: object, split_len: int | None, *, alone
         raise ValueError(f"unknown checkpoint format {extra.get('format')!r} in {KEY}")
     reported = _ids(extra["reported"], n, "reported") if "reported" in extra else frozenset(range(n))
     unknown = _ids(extra.get("unknown", []), n, "unknown")
-    if unknown & reported or (unknown and isinstance(state, PackedState)):
-        raise ValueError(f"{KEY}['unknown'] names a split that is reported or packed")
+    if unknown & reported:
+        raise ValueError(f"{KEY}['unknown'] names a split that is also reported")
     projected = _projected(extra.get("projected", {}), state, n)
     if identity.packing is not None and any(t > identity.packing[3] // n for t in projected.values()):
         raise ValueError("a projected block count lies beyond the budget")
@@ -403,14 +391,19 @@ def infer(
     split_len: int,
     budget: int | None,
     skipping: bool,
+    partial: list[int] | None = None,
 ) -> Record:
     """The record rank ``rank`` checkpoints after ``passes`` of its session from ``start``.
+
+    ``partial`` (simulated workers): report only these splits and mark every other one unknown.
 
     Own splits: ``committed`` where ``touched`` (a batch of their iterator reached the trainer),
     else ``start``. Other ranks' splits: inferred under lockstep (rows exact, or unknown when
     ``skipping``; packed splits projected).
     """
     n = len(committed.samples) if isinstance(committed, RowState) else len(committed.emitted)
+    if partial is not None:
+        return _partial(start, committed, touched, frozenset(partial), n)
     per_rank = n // world_size
     own = range(rank * per_rank, (rank + 1) * per_rank)
     counts = [start.count(s) for s in range(n)]
@@ -484,3 +477,29 @@ def pinned_version(checkpoint: object) -> int | None:
     table = extra.get("table") if isinstance(extra, Mapping) else None
     version = table.get("version") if isinstance(table, Mapping) else None
     return version if isinstance(version, int) and not isinstance(version, bool) and version >= 0 else None
+
+
+def _partial(
+    start: Record, committed: State, touched: frozenset[int], mine: frozenset[int], n: int
+) -> Record:
+    """A simulated worker's record: its own splits; the others unknown (their siblings moved on)."""
+    base = start.state
+    state: State
+    if isinstance(committed, RowState):
+        assert isinstance(base, RowState)
+        samples, positions = list(base.samples), list(base.positions)
+        for s in mine & touched:
+            samples[s], positions[s] = committed.samples[s], committed.positions[s]
+        state = RowState(samples, positions)
+    else:
+        assert isinstance(base, PackedState)
+        consumed, emitted, buffers = list(base.consumed), list(base.emitted), dict(base.buffers)
+        for s in mine & touched:
+            consumed[s], emitted[s] = committed.consumed[s], committed.emitted[s]
+            buffers.pop(s, None)
+            if s in committed.buffers:
+                buffers[s] = committed.buffers[s]
+        state = PackedState(consumed, emitted, buffers)
+    projected = {s: t for s, t in start.projected.items() if s in mine and s not in touched}
+    unknown = frozenset(range(n)) - mine
+    return Record(state, mine, unknown, projected, None, start.table)

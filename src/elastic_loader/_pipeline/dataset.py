@@ -167,6 +167,7 @@ class StreamingDataset(IterableDataset[Any]):
         self._rank_splits = rank_block(rank, self._settings.splits_per_rank)
         self._rotation = 0  # the role torch worker 0 plays in the running StreamingDataLoader
         self._transport = False  # the running session feeds a StreamingDataLoader in this process
+        self._tail: ckpt.State | None = None  # a loader's ended session: its last batch's progress
         self._build_epoch()
 
     # ------------------------------------------------------------ epochs
@@ -275,11 +276,13 @@ class StreamingDataset(IterableDataset[Any]):
             hook=hook,
             targets=targets,
         )
-        self._lease.session, self._transport = session, transport
+        self._lease.session, self._transport, self._tail = session, transport, None
         try:
             yield from session.items()
         finally:
-            if not transport:  # under a loader, the commits say what the trainer received
+            if transport:  # the commits say what the trainer received; the last batch is collated later
+                self._tail = session.progress(self._progress)
+            else:
                 self._ledger.plain_pass(session.handed_out(self._progress), owned)
                 self._progress = session.progress(self._progress)
             session.close()
@@ -321,9 +324,12 @@ class StreamingDataset(IterableDataset[Any]):
         return self._settings.identity(self._epoch, self._perm.fingerprint, self._blocks_per_epoch)
 
     def _current_progress(self) -> ckpt.State:
-        """The live progress: the running session's (read ahead included under a loader)."""
+        """The live progress: the running session's (read ahead included under a loader), or the
+        end of a loader's session whose last batch is still being collated."""
         session = self._lease.session
-        return self._progress if session is None else session.progress(self._progress)
+        if session is not None:
+            return session.progress(self._progress)
+        return self._progress if self._tail is None else self._tail
 
     def _snapshot(self) -> dict[str, object]:
         return ckpt.snapshot(self._identity, self._current_progress())
@@ -341,8 +347,11 @@ class StreamingDataset(IterableDataset[Any]):
         skipping = s.on_transform_error != "raise"
         start = self._ledger.start
         split_len = self._perm.split_len
+        partial = None
+        if s.worker_info_override is not None:  # a simulated worker reports its own splits only
+            partial, _ = owned_splits(self._rank_splits, s.worker_info_override, None)
         return _provenance.infer(
-            start, progress, touched, passes, s.world_size, s.rank, split_len, budget, skipping
+            start, progress, touched, passes, s.world_size, s.rank, split_len, budget, skipping, partial
         )
 
     def state_dict(self) -> dict[str, object]:
@@ -440,6 +449,7 @@ class StreamingDataset(IterableDataset[Any]):
         state["_table"] = None if self._table is None else self._source
         state["_reader_cache"] = None
         state["_progress"] = self._current_progress()
+        state["_tail"] = None
         state["_perm"] = replace(self._perm, rows=_NO_ROWS)  # the rows travel once, as _row_ids
         state["_row_ids"] = self._row_file.payload(self._row_ids)
         state["_row_file"] = None
@@ -504,6 +514,7 @@ class LoaderLink:
     def close(self) -> None:
         """The loader iteration is over."""
         self._dataset._ledger.close_loader()
+        self._dataset._tail = None
 
     def items(self) -> Iterator[Any]:
         """The dataset's items for torch (no lease of their own: the loader holds it)."""

@@ -138,11 +138,6 @@ class Saved:
         require(all(0 <= s < n for s in self.unknown), "reported_out_of_range", "unknown splits are ids")
         require(not self.unknown & self.reported, "unknown_reported", "a reported split is never unknown")
         require(
-            not self.unknown or isinstance(self.state, RowState),
-            "unknown_packed",
-            "only row progress can be unknown",
-        )
-        require(
             not self.projections or isinstance(self.state, PackedState),
             "projection_rows",
             "only packed progress is projected",
@@ -660,8 +655,12 @@ def rank_checkpoint(
     rank: int,
     split_len: int,
     skipping: bool,
+    partial: Sequence[int] | None = None,
 ) -> Saved:
     """The checkpoint rank ``rank`` writes after the ``passes`` of its session from ``start``.
+
+    ``partial`` (a simulated worker, ``worker_info_override``): the checkpoint reports only these
+    splits, those its one iterator reads, and every other split is unknown.
 
     Its own splits come from ``committed`` (the parent's state) where ``touched`` (an iterator that
     owned the split delivered something this session, so the value is exact), else from
@@ -671,6 +670,8 @@ def rank_checkpoint(
     projected.
     """
     n = start.config.num_splits
+    if partial is not None:
+        return _partial_checkpoint(start, committed, touched, frozenset(partial))
     own = frozenset(rank_splits(n, world_size, rank))
     counts = [start.count(s) for s in range(n)]
     limit = caps(start, split_len)
@@ -706,3 +707,14 @@ def rank_checkpoint(
             projections[s] = Projection(counts[s])
     state = _assemble(committed, values)
     return Saved(start.config, state, own, frozenset(unknown), projections, cursor, start.table)
+
+
+def _partial_checkpoint(
+    start: Saved, committed: State, touched: frozenset[int], mine: frozenset[int]
+) -> Saved:
+    """A simulated worker's checkpoint: its own splits, every other split unknown."""
+    n = start.config.num_splits
+    values = [_values(committed if s in mine and s in touched else start.state, s) for s in range(n)]
+    projections = {s: p for s, p in start.projections.items() if s in mine and s not in touched}
+    unknown = frozenset(range(n)) - mine
+    return Saved(start.config, _assemble(committed, values), mine, unknown, projections, None, start.table)

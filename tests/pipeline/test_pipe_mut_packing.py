@@ -131,16 +131,22 @@ def test_resuming_from_every_block_continues_exactly(
         assert [tuple(b["input_ids"].tolist()) for b in again] == full[k:], k
 
 
-def test_an_unmerged_rank_state_is_refused_by_a_dataset_owning_both_ranks_splits(short_docs: Any) -> None:
-    """Rank 0 of two moved splits 0-1 only: a world-size-1 dataset sees two different block counts."""
+def test_an_unmerged_rank_state_resumes_by_replay_and_without_provenance_is_refused(short_docs: Any) -> None:
+    """Rank 0 of two moved splits 0-1: its checkpoint projects rank 1's splits to one block each
+    (lockstep, D24), which a world-size-1 dataset replays; the same state without our provenance
+    key holds two different block counts and is refused (D24)."""
+    whole = [b["input_ids"].tolist() for b in _dataset(short_docs, 4, 40)]
     rank0 = _dataset(short_docs, 4, 40, world_size=2, rank=0)
     list(itertools.islice(iter(rank0), 2))
     state = rank0.state_dict()
     assert state["blocks_emitted_per_split"] == [1, 1, 0, 0]
+    assert state["elastic_loader"]["projected"] == {2: 1, 3: 1}
     alone = _dataset(short_docs, 4, 40)
+    alone.load_state_dict(state)
+    assert [b["input_ids"].tolist() for b in alone] == whole[4:]
+    legacy = {k: v for k, v in state.items() if k != "elastic_loader"}
     with pytest.raises(ValueError, match="merge"):
-        alone.load_state_dict(state)
-        next(iter(alone))
+        _dataset(short_docs, 4, 40).load_state_dict(legacy)
 
 
 @pytest.fixture(scope="module")
@@ -194,11 +200,13 @@ def test_a_loaded_buffer_longer_than_a_block_is_cut_as_the_spec_cuts_it(
     documents starting anywhere in it, at a block boundary included: every later state keeps
     exactly the starts of what is left, also once the budget ends the epoch."""
     perm = tuple(tuple(s) for s in perm_of(short_docs, num_splits=1))
-    tokens = tuple(range(1000, 1010))
+    # a buffer the packer can leave: whole documents, each followed by EOS (D26)
+    tokens = tuple(EOS if i == 9 or i + 1 in starts else 1000 + i for i in range(10))
     loaded = PackedState((5,), (0,), {0: PackBuffer(tokens, starts)})
     model = iterate_packed(perm, _corpus(), Faults(), (0,), PackingConfig(LENGTH, EOS, PAD, budget), loaded)
     ds = _dataset(short_docs, 1, budget)
     checkpoint = ds.state_dict()
+    del checkpoint["elastic_loader"]  # a hand-made checkpoint: no digest
     checkpoint["samples_consumed_per_split"] = [5]
     checkpoint["pack_buffers"] = {0: {"tokens": list(tokens), "starts": list(starts)}}
     ds.load_state_dict(checkpoint)

@@ -84,7 +84,7 @@ def test_skip_modes_drop_exactly_the_failing_rows(
         multi_table, num_splits=4, transform=Faulty(bad), on_transform_error=handler, read_batch_size=8
     )
     assert list(ref) == got
-    assert ref.state_dict() == state
+    assert ref.state_dict() == {k: v for k, v in state.items() if k != "elastic_loader"}  # reference keys
 
 
 def test_skip_states_at_every_row_match_the_spec(small_table: Any, perm_of: Any) -> None:

@@ -333,7 +333,7 @@ class DifferentialMachine(RuleBasedStateMachine):
         where: str,
     ) -> Mapping[str, object] | None:
         """``state_dict()`` when the spec's gate allows it (a refusal must match the spec's)."""
-        refusal = attempt(lambda: gate_check_state_dict(gate, expected, rank_owned))
+        refusal = attempt(lambda: gate_check_state_dict(gate))
         try:
             state: Mapping[str, object] = dataset.state_dict()
         except Exception as error:

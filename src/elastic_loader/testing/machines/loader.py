@@ -22,7 +22,6 @@ from ...spec import (
     RowState,
     SpecError,
     Topology,
-    gate_after_commit,
     gate_after_failure,
     rank_splits,
     run_loader,
@@ -209,8 +208,6 @@ def _committed_state(
     """The loader's checkpoint after ``n`` received batches, and the spec's committed state there."""
     model = machine._model()
     gate = CheckpointGate()
-    if n:
-        gate = gate_after_commit(gate, machine.loader_workers > 1 or model.packing is not None)
     if failed:
         gate = gate_after_failure(gate, "a batch failed")
     committed = expected.state_after(min(n, len(expected.deliveries)))

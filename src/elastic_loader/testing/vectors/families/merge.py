@@ -20,10 +20,10 @@ from dataclasses import dataclass, replace
 
 from ....spec import invariants as inv
 from ....spec.checkpoint import join_row, snapshot_packed, snapshot_row
-from ....spec.saved import merge_state_dicts
 from ....spec.errors import SpecError
 from ....spec.packing import PackedState, initial_packed_state, iterate_packed
 from ....spec.rows import RowState
+from ....spec.saved import merge_state_dicts
 from ....spec.topology import PackingConfig, Permutation, RunConfig, rank_splits
 from ..codec import (
     Corpus,

@@ -424,6 +424,22 @@ def infer(
     return _assemble(start, committed, touched, own, counts, skipping, cursor)
 
 
+def _unknown(start: Record, counts: list[int], own: range, skipping: bool) -> set[int]:
+    """Other ranks' splits the record cannot know: each block that held an unknown split at the
+    start, and, when rows may be skipped, each block that moved at all (a skipped row can end a
+    worker early and hand its turns to the other workers of the rank)."""
+    per_rank = len(own)
+    out: set[int] = set()
+    for first in range(0, len(counts), per_rank):
+        block = set(range(first, first + per_rank))
+        if first == own.start:
+            continue
+        moved = any(counts[s] != start.count(s) for s in block)
+        if block & start.unknown or (skipping and moved):
+            out |= block
+    return out
+
+
 def _assemble(
     start: Record,
     committed: State,
@@ -434,7 +450,7 @@ def _assemble(
     cursor: Cursor | None,
 ) -> Record:
     base = start.state
-    unknown: set[int] = set()
+    unknown = _unknown(start, counts, own, skipping and isinstance(committed, RowState))
     projected: dict[int, int] = {}
     if isinstance(committed, RowState):
         assert isinstance(base, RowState)
@@ -445,9 +461,7 @@ def _assemble(
                     samples[s], positions[s] = committed.samples[s], committed.positions[s]
                 continue
             moved = counts[s] - start.count(s)
-            if s in start.unknown or (moved and skipping):
-                unknown.add(s)
-            elif moved:
+            if moved and s not in unknown:
                 samples[s], positions[s] = counts[s], positions[s] + moved
         state: State = RowState(samples, positions)
     else:
@@ -459,7 +473,7 @@ def _assemble(
                 buffers.pop(s, None)
                 if s in committed.buffers:
                     buffers[s] = committed.buffers[s]
-            elif counts[s] > emitted[s]:
+            elif counts[s] > emitted[s] and s not in unknown:
                 projected[s] = counts[s]
         state = PackedState(consumed, emitted, buffers)
     reported = frozenset(own)

@@ -40,17 +40,33 @@ def _value(state: RowState | PackedState, s: int) -> tuple[object, ...]:
     return state.consumed[s], state.emitted[s], state.buffer(s)
 
 
-def _owner_values(
+def _future(
+    perm: Permutation,
+    faults: Faults,
+    corpus: Corpus,
+    packing: PackingConfig | None,
+    state: RowState | PackedState,
+    s: int,
+) -> tuple[object, ...]:
+    """What a resume of split ``s`` from ``state`` goes on with: its row progress, or its blocks
+    count and the blocks it still emits (two packed values that differ only by a fill that has
+    not been emitted yet resume alike)."""
+    if isinstance(state, RowState):
+        return state.samples[s], state.positions[s]
+    assert packing is not None and corpus is not None
+    return state.emitted[s], iterate_packed(perm, corpus, faults, (s,), packing, state).blocks
+
+
+def _owner_states(
     perm: Permutation, faults: Faults, corpus: Corpus, results: Sequence[RankResult]
-) -> dict[int, tuple[object, ...]]:
-    """Every split's value in the checkpoint of the rank that owned it (projections resolved)."""
-    world_size = len(results)
-    n = len(perm)
-    out: dict[int, tuple[object, ...]] = {}
+) -> dict[int, RowState | PackedState]:
+    """Per split, the resolved state of the checkpoint of the rank that owned it."""
+    world_size, n = len(results), len(perm)
+    out: dict[int, RowState | PackedState] = {}
     for r in results:
         block = rank_splits(n, world_size, r.rank)
         state = resolve(r.checkpoint, perm, faults, block, corpus)
-        out.update((s, _value(state, s)) for s in block)
+        out.update((s, state) for s in block)
     return out
 
 
@@ -59,10 +75,12 @@ def LockstepInferenceInv(
 ) -> None:
     """In a lockstep session, every rank's checkpoint gives every split the progress its owner
     reports (packed projections resolved), or marks it unknown (row mode, skipping transforms);
-    its cursor gives every rank the role that rank's own loader comes to next."""
+    its cursor gives every rank whose splits it knows the role that rank's loader comes to next."""
     takes = {r.taken for r in results}
     check(len(takes) == 1, "LockstepInferenceInv", f"not a lockstep session: ranks took {sorted(takes)}")
-    truth = _owner_values(perm, faults, corpus, results)
+    packing = results[0].checkpoint.config.packing
+    owners = _owner_states(perm, faults, corpus, results)
+    truth = {s: _future(perm, faults, corpus, packing, st, s) for s, st in owners.items()}
     for r in results:
         saved = r.checkpoint
         for s in sorted(saved.unknown):
@@ -75,18 +93,22 @@ def LockstepInferenceInv(
         state = resolve(saved, perm, faults, known, corpus)
         for s in known:
             check(
-                _value(state, s) == truth[s],
+                _future(perm, faults, corpus, packing, state, s) == truth[s],
                 "LockstepInferenceInv",
-                f"rank {r.rank} infers split {s} at {_value(state, s)}, its owner is at {truth[s]}",
+                f"rank {r.rank} infers split {s} at {_value(state, s)}, which does not resume as its owner",
             )
-        if saved.cursor is not None:
-            owners = [o.checkpoint.cursor for o in results]
-            want = tuple(c.next_roles[o.rank] if c is not None else 0 for c, o in zip(owners, results))
-            check(
-                saved.cursor.next_roles == want,
-                "LockstepInferenceInv",
-                f"rank {r.rank} infers next roles {saved.cursor.next_roles}, the ranks come to {want}",
-            )
+        cursor = saved.cursor
+        if cursor is not None and cursor.world_size == len(results):  # a cursor of this session
+            n = len(perm)
+            for o in results:  # the ranks whose progress this checkpoint knows
+                if o.checkpoint.cursor is None or saved.unknown & set(rank_splits(n, len(results), o.rank)):
+                    continue
+                want = o.checkpoint.cursor.next_roles[o.rank]
+                check(
+                    cursor.next_roles[o.rank] == want,
+                    "LockstepInferenceInv",
+                    f"rank {r.rank} infers rank {o.rank}'s next role {cursor.next_roles[o.rank]}, not {want}",
+                )
 
 
 def MergeReportedInv(
@@ -97,7 +119,8 @@ def MergeReportedInv(
     config = results[0].checkpoint.config
     wire = [snapshot_saved(r.checkpoint) for r in results]
     merged = load_saved(config, merge_state_dicts(wire), None)
-    truth = _owner_values(perm, faults, corpus, results)
+    owners = _owner_states(perm, faults, corpus, results)
+    truth = {s: _value(st, s) for s, st in owners.items()}
     state = resolve(merged, perm, faults, range(len(perm)), corpus)
     for s in range(len(perm)):
         check(

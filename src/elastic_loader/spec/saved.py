@@ -690,7 +690,7 @@ def rank_checkpoint(
                 counts[s] = c
         cursor = Cursor(world_size, p.num_workers, tuple(roles)) if p.num_workers >= 2 else None
     values: list[_Value] = []
-    unknown: set[int] = set()
+    unknown = _unknown_blocks(start, counts, own, world_size, skipping and isinstance(committed, RowState))
     projections: dict[int, Projection] = {}
     for s in range(n):
         if s in own and s in touched:
@@ -699,14 +699,33 @@ def rank_checkpoint(
         plain = _values(start.state, s)
         values.append(plain)
         moved = counts[s] - start.count(s)
-        if s in start.unknown or (moved and skipping and isinstance(committed, RowState)):
-            unknown.add(s)
+        if s in unknown:
+            continue
         elif moved and isinstance(committed, RowState):
             values[-1] = _Value(counts[s], plain.second + moved)
         elif counts[s] > _plain_count(start.state, s):
             projections[s] = Projection(counts[s])
     state = _assemble(committed, values)
     return Saved(start.config, state, own, frozenset(unknown), projections, cursor, start.table)
+
+
+def _unknown_blocks(
+    start: Saved, counts: Sequence[int], own: frozenset[int], world_size: int, skipping: bool
+) -> set[int]:
+    """The other ranks' splits this checkpoint cannot know: every split of a rank block that held an
+    unknown split at the start (its simulation started from a stale count), and, when rows may be
+    skipped, every split of a rank block that moved (a skipped row can end a worker early and hand
+    its turns to the others, so even a split that did not move in the simulation may have)."""
+    n = start.config.num_splits
+    out: set[int] = set()
+    for r in range(world_size):
+        block = set(rank_splits(n, world_size, r))
+        if block & own:
+            continue
+        moved = any(counts[s] != start.count(s) for s in block)
+        if block & start.unknown or (skipping and moved):
+            out |= block
+    return out
 
 
 def _partial_checkpoint(

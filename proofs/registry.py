@@ -17,7 +17,8 @@ from . import bounded_packing as pk
 from . import bounded_rows as rw
 from . import bounded_topology as tp
 from .framework import BoundedCheck, Lemma
-from .smt import LEMMAS
+from .smt import LEMMAS as ROW_AND_PACKED_LEMMAS
+from .smt_saved import LEMMAS as SAVED_LEMMAS
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,9 @@ _BOUNDED: tuple[BoundedCheck, ...] = (
     pk.BUDGET,
     rw.RAISE_POSITION,
 )
+
+
+LEMMAS: tuple[Lemma, ...] = ROW_AND_PACKED_LEMMAS + SAVED_LEMMAS
 
 
 def _build() -> dict[str, InvariantChecks]:

@@ -118,9 +118,10 @@ def _shapes_of(rows: int) -> Iterator[tuple[int, int]]:
 
 
 def _row_jobs(b: Bounds) -> Iterator[Job]:
-    for num_splits, split_len in _shapes_of(max(b["fault_rows"], b["clean_rows"])):
+    for num_splits, split_len in _shapes_of(max(b["fault_rows"], b["skip_rows"], b["clean_rows"])):
         perm = permutation(num_splits, split_len)
-        kinds = "osr" if num_splits * split_len <= b["fault_rows"] else "o"
+        rows = num_splits * split_len
+        kinds = "osr" if rows <= b["fault_rows"] else "os" if rows <= b["skip_rows"] else "o"
         for faults in fault_sets([r for s in perm for r in s], kinds):
             for skipping in (True,) if faults.skipped else (False, True):
                 yield Job(RunConfig(num_splits, 0, 0), perm, faults, None, skipping)
@@ -237,8 +238,10 @@ def _second_sessions(rec: Recorder, b: Bounds, first: Step, shape: Shape) -> Ite
 
 
 def chained(job: Job, b: Bounds) -> bool:
-    """Whether ``job`` is small enough for sessions after a first one (``chain_rows``)."""
-    return job.config.num_splits * job.split_len <= b["chain_rows"]
+    """Whether ``job`` is small enough for sessions after a first one: fault-free jobs of
+    ``<= chain_rows`` rows, jobs with faults of ``<= chain_fault_rows`` rows."""
+    faulty = bool(job.faults.skipped or job.faults.raising)
+    return job.config.num_splits * job.split_len <= b["chain_fault_rows" if faulty else "chain_rows"]
 
 
 def finish(step: Step) -> tuple[tuple[Item, ...], bool]:
@@ -251,30 +254,33 @@ def finish(step: Step) -> tuple[tuple[Item, ...], bool]:
 
 
 QUICK_JOBS = {
-    "fault_rows": 2, "clean_rows": 4, "packed_rows": 4, "packed_fault_rows": 1, "doc_len": 2, "block_len": 1,
-    "budget": 2,
+    "fault_rows": 2, "skip_rows": 2, "clean_rows": 4, "packed_rows": 4, "packed_fault_rows": 1, "doc_len": 2,
+    "block_len": 1, "budget": 2,
 }  # fmt: skip
 FULL_JOBS = {
-    "fault_rows": 3, "clean_rows": 6, "packed_rows": 4, "packed_fault_rows": 3, "doc_len": 2, "block_len": 3,
-    "budget": 3,
+    "fault_rows": 3, "skip_rows": 4, "clean_rows": 6, "packed_rows": 4, "packed_fault_rows": 2, "doc_len": 2,
+    "block_len": 2, "budget": 2,
 }  # fmt: skip
 QUICK_CHAINS = {
     **QUICK_JOBS, "batch": 1, "batch_2": 1, "wanted": 2, "wanted_2": 1, "sessions": 2, "chain_rows": 2,
+    "chain_fault_rows": 2,
 }  # fmt: skip
 FULL_CHAINS = {
-    **FULL_JOBS, "batch": 2, "batch_2": 2, "wanted": 4, "wanted_2": 4, "sessions": 2, "chain_rows": 4,
+    **FULL_JOBS, "batch": 2, "batch_2": 1, "wanted": 3, "wanted_2": 2, "sessions": 2, "chain_rows": 4,
+    "chain_fault_rows": 2,
 }  # fmt: skip
 
 JOBS = (
-    "rows: every ok/skip/raise fault set over <={fault_rows} rows, fault-free over <={clean_rows} rows, "
-    "skipping or not; packed: <={packed_rows} rows with doc lengths row % ({doc_len}+1), every "
-    "ok/skip/raise fault set over <={packed_fault_rows} rows, L<={block_len}, blocks per split<={budget}"
+    "rows: every ok/skip/raise fault set over <={fault_rows} rows, every ok/skip one over <={skip_rows} "
+    "rows, fault-free over <={clean_rows} rows, skipping or not; packed: <={packed_rows} rows with doc "
+    "lengths row % ({doc_len}+1), every ok/skip/raise fault set over <={packed_fault_rows} rows, "
+    "L<={block_len}, blocks per split<={budget}"
 )
 SESSIONS = JOBS + "; every (W, nw), batch_size<={batch}, every lockstep batch count <={wanted}"
 CHAINS = (
-    SESSIONS
-    + "; chains of {sessions} sessions: every protocol, saver and next shape, batch_size<={batch_2}, "
-    "every batch count <={wanted}"
+    SESSIONS + "; fault-free jobs of <={chain_rows} rows and faulty ones of <={chain_fault_rows}: chains "
+    "of up to {sessions} sessions, every protocol, saver and next shape, batch_size<={batch_2}, every "
+    "batch count <={wanted_2}"
 )
 
 
@@ -669,7 +675,7 @@ SAME_TOPOLOGY = BoundedCheck(
     + "; every protocol and saver; resumed from the epoch start and from every lockstep session of "
     "<={before} batches (batch 1) before it; run_loader's rotation vs its roles",
     quick={**QUICK_CHAINS, "batch": 2, "wanted": 1, "before": 0},
-    full={**FULL_CHAINS, "batch": 3, "wanted": 5, "before": 3},
+    full={**FULL_CHAINS, "batch": 2, "wanted": 3, "before": 2},
     run=check_same_topology,
 )
 
@@ -722,7 +728,7 @@ TABLE_PIN = BoundedCheck(
     "TableVersionPinInv",
     "histories of <={versions} versions over 6 small permutations, every set of stored versions, every "
     "pin; pinned chains: " + SESSIONS.replace("batch_size<={batch}", "batch_size 1") + ", every protocol",
-    quick={**QUICK_JOBS, "versions": 3, "wanted": 1, "chain_rows": 2},
-    full={**FULL_JOBS, "versions": 4, "wanted": 2, "chain_rows": 4},
+    quick={**QUICK_JOBS, "versions": 3, "wanted": 1, "chain_rows": 2, "chain_fault_rows": 2},
+    full={**FULL_JOBS, "versions": 4, "wanted": 2, "chain_rows": 4, "chain_fault_rows": 2},
     run=check_table_pin,
 )

@@ -15,6 +15,7 @@ from elastic_loader.spec.invariants import INVARIANT_NAMES
 from . import bounded_checkpoint as ck
 from . import bounded_packing as pk
 from . import bounded_rows as rw
+from . import bounded_saved as sv
 from . import bounded_topology as tp
 from .framework import BoundedCheck, Lemma
 from .smt import LEMMAS as ROW_AND_PACKED_LEMMAS
@@ -54,6 +55,13 @@ _BOUNDED: tuple[BoundedCheck, ...] = (
     ck.CONSUMER_COMMIT,
     pk.BUDGET,
     rw.RAISE_POSITION,
+    sv.LOCKSTEP_INFERENCE,
+    sv.MERGE_REPORTED,
+    sv.PARTIAL_REFUSED,
+    sv.REACHABLE_LOAD,
+    sv.TABLE_PIN,
+    sv.PROTOCOL_CHAIN,
+    sv.SAME_TOPOLOGY,
 )
 
 

@@ -1,19 +1,23 @@
 """Bounded checks of the save protocols: sessions, chains of sessions, merges, loads, table pins.
 
-The session universe: row jobs with every ok / skip / raise fault set over ``S*m <= fault_rows``
-rows and fault-free row jobs up to ``clean_splits`` x ``clean_len``, each with skipping
+Rules: every check enumerates the *session universe* up to its bounds and calls the predicates of
+``spec/invariants_saved.py`` by name; nothing here re-implements the model. Jobs: row jobs with
+every ok / skip / raise fault set over ``S*m <= fault_rows`` rows, every ok / skip one over
+``<= skip_rows`` rows and fault-free ones over ``<= clean_rows`` rows, each with skipping
 transforms and (when no row is skipped) without; packed jobs over ``S*m <= packed_rows`` rows with
-document lengths ``row % (doc_len + 1)``, every ok / skip / raise fault set, every block length
-``L <= block_len`` and per-split budget ``<= budget``. Every shape ``(W, nw)`` of the job, every
-batch size ``<= batch``. A session resumes every rank from its start checkpoint and takes, in
-lockstep, every number of batches from 0 to what the ranks can deliver (``wanted``); a chain is one
-session from the epoch start, then every protocol (``OWN`` on the same world size), every saver
-(``ONE_RANK``), every next shape and batch size, and a second session of every length.
+document lengths ``row % (doc_len + 1)``, every ok / skip / raise fault set over
+``<= packed_fault_rows`` rows, every block length ``L <= block_len`` and per-split budget
+``<= budget``. A *session* is every rank of a shape ``(W, nw, B)`` (every valid one, ``B <=
+batch``) resuming from its start checkpoint and taking, in lockstep, every number of batches up to
+``wanted`` (capped at what every rank delivers). A *chain* is a session from the epoch start, then
+every protocol (``OWN`` on the same world size), every saver (``ONE_RANK``), every next shape
+(``B <= batch_2``) and a second session of every length up to ``wanted_2`` -- for fault-free jobs
+of ``<= chain_rows`` rows and faulty ones of ``<= chain_fault_rows`` rows.
 
-Besides the predicates, the checks compare the delivery arithmetic of ``schedule.py`` with a
-brute-force simulation (pair by pair, batch by batch) and with the model itself
-(``iterate_rows``, ``iterate_packed``, ``run_loader``): the link between the SMT lemmas of
-``proofs/smt_saved.py`` and the code.
+Besides the predicates, the checks compare the delivery arithmetic of ``schedule.py`` with the
+closed forms of ``encodings`` and with brute-force simulations (pair by pair, worker visit by
+worker visit), and ``run_loader`` with a simulation of torch's loop and with ``simulate_pass``:
+the link between the SMT lemmas of ``proofs/smt_saved.py`` and the code.
 """
 
 from __future__ import annotations
@@ -244,13 +248,14 @@ def chained(job: Job, b: Bounds) -> bool:
     return job.config.num_splits * job.split_len <= b["chain_fault_rows" if faulty else "chain_rows"]
 
 
-def finish(step: Step) -> tuple[tuple[Item, ...], bool]:
-    """Merge the chain's last checkpoints and run one iterator over every split to the end of the epoch."""
+def finish(step: Step) -> tuple[Item, ...]:
+    """Merge the chain's last checkpoints and run one iterator over every split to the end of the
+    epoch; every item the chain and that last session delivered."""
     job = step.job
     wire = [snapshot_saved(r.checkpoint) for r in step.results]
     start = load_for_rank(job.config, merge_state_dicts(wire), job.split_len, 1, 0)
     last = lockstep(job, [start], Shape(1, 0, 1), 10**9)
-    return step.delivered + last[0].items, True
+    return step.delivered + last[0].items
 
 
 QUICK_JOBS = {
@@ -597,11 +602,8 @@ def check_protocol_chain(rec: Recorder, b: Bounds) -> None:
         rec.apply(
             ProtocolChainProp, job.perm, job.faults, job.corpus, job.config.packing, step.delivered, False
         )
-        delivered, finished = finish(step)
         rec.at(finished=True)
-        rec.apply(
-            ProtocolChainProp, job.perm, job.faults, job.corpus, job.config.packing, delivered, finished
-        )
+        rec.apply(ProtocolChainProp, job.perm, job.faults, job.corpus, job.config.packing, finish(step), True)
 
 
 PROTOCOL_CHAIN = BoundedCheck(

@@ -104,8 +104,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         "commit-replaces",
         "checkpoint.py",
         "commit_row",
-        "return join_row(parent, _parse_row(st, config.num_splits))",
-        "return _parse_row(st, config.num_splits)",
+        "return join_row(parent, parse_row(st, config.num_splits))",
+        "return parse_row(st, config.num_splits)",
     ),
     Mutation(
         "batches-worker-major",
@@ -141,6 +141,45 @@ MUTATIONS: tuple[Mutation, ...] = (
         "_parse_row",
         'positions_raw = state.get("positions_consumed_per_split")',
         "positions_raw = None",
+    ),
+    # save protocols (saved.py, schedule.py)
+    Mutation(
+        "merge-takes-inferred",
+        "saved.py",
+        "merge_saved",
+        "reporters = [st for st in states if s in st.reported]",
+        "reporters = list(states)",
+    ),
+    Mutation(
+        "cursor-ignored",
+        "saved.py",
+        "Cursor.rotation",
+        "return self.next_roles[rank]",
+        "return 0",
+    ),
+    Mutation(
+        "counts-tie-to-last-split",
+        "schedule.py",
+        "canonical_counts",
+        "    for c in counts:\n        value = max(c, low)\n        if rest and c <= low:\n"
+        "            value += 1\n            rest -= 1\n        out.append(value)\n    return tuple(out)",
+        "    for c in reversed(counts):\n        value = max(c, low)\n        if rest and c <= low:\n"
+        "            value += 1\n            rest -= 1\n        out.append(value)\n"
+        "    return tuple(reversed(out))",
+    ),
+    Mutation(
+        "skipping-rows-inferred",
+        "saved.py",
+        "rank_checkpoint",
+        "if s in start.unknown or (moved and skipping and isinstance(committed, RowState)):",
+        "if s in start.unknown:",
+    ),
+    Mutation(
+        "digest-not-checked",
+        "saved.py",
+        "load_saved",
+        "    _check_digest(st, extra)\n",
+        "    pass  # the digest is not checked\n",
     ),
 )
 

@@ -104,8 +104,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         "commit-replaces",
         "checkpoint.py",
         "commit_row",
-        "return join_row(parent, _parse_row(st, config.num_splits))",
-        "return _parse_row(st, config.num_splits)",
+        "return join_row(parent, parse_row(st, config.num_splits))",
+        "return parse_row(st, config.num_splits)",
     ),
     Mutation(
         "batches-worker-major",
@@ -162,6 +162,45 @@ MUTATIONS: tuple[Mutation, ...] = (
         "computed_locate",
         "if i < perm.num_splits * m else None",
         "if i <= perm.num_splits * m else None",
+    ),
+    # save protocols (saved.py, schedule.py)
+    Mutation(
+        "merge-takes-inferred",
+        "saved.py",
+        "merge_saved",
+        "reporters = [st for st in states if s in st.reported]",
+        "reporters = list(states)",
+    ),
+    Mutation(
+        "cursor-ignored",
+        "saved.py",
+        "Cursor.rotation",
+        "return self.next_roles[rank]",
+        "return 0",
+    ),
+    Mutation(
+        "counts-tie-to-last-split",
+        "schedule.py",
+        "canonical_counts",
+        "    for c in counts:\n        value = max(c, low)\n        if rest and c <= low:\n"
+        "            value += 1\n            rest -= 1\n        out.append(value)\n    return tuple(out)",
+        "    for c in reversed(counts):\n        value = max(c, low)\n        if rest and c <= low:\n"
+        "            value += 1\n            rest -= 1\n        out.append(value)\n"
+        "    return tuple(reversed(out))",
+    ),
+    Mutation(
+        "skipping-rows-inferred",
+        "saved.py",
+        "_unknown_blocks",
+        "if block & start.unknown or (skipping and moved):",
+        "if block & start.unknown:",
+    ),
+    Mutation(
+        "digest-not-checked",
+        "saved.py",
+        "load_saved",
+        "    _check_digest(st, extra)\n",
+        "    pass  # the digest is not checked\n",
     ),
 )
 

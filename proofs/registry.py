@@ -16,10 +16,12 @@ from . import bounded_checkpoint as ck
 from . import bounded_computed as cp
 from . import bounded_packing as pk
 from . import bounded_rows as rw
+from . import bounded_saved as sv
 from . import bounded_topology as tp
 from .framework import BoundedCheck, Lemma
 from .smt import LEMMAS as CORE_LEMMAS
 from .smt_computed import LEMMAS as COMPUTED_LEMMAS
+from .smt_saved import LEMMAS as SAVED_LEMMAS
 
 
 @dataclass(frozen=True)
@@ -57,10 +59,17 @@ _BOUNDED: tuple[BoundedCheck, ...] = (
     ck.CONSUMER_COMMIT,
     pk.BUDGET,
     rw.RAISE_POSITION,
+    sv.LOCKSTEP_INFERENCE,
+    sv.MERGE_REPORTED,
+    sv.PARTIAL_REFUSED,
+    sv.REACHABLE_LOAD,
+    sv.TABLE_PIN,
+    sv.PROTOCOL_CHAIN,
+    sv.SAME_TOPOLOGY,
 )
 
 
-LEMMAS: tuple[Lemma, ...] = CORE_LEMMAS + COMPUTED_LEMMAS
+LEMMAS: tuple[Lemma, ...] = CORE_LEMMAS + COMPUTED_LEMMAS + SAVED_LEMMAS
 
 
 def _build() -> dict[str, InvariantChecks]:

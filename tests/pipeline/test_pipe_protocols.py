@@ -229,9 +229,9 @@ def test_a_resumed_epoch_reads_the_table_version_of_its_checkpoint(changing_tabl
     assert head + [r["id"] for r in resumed] == whole
     # a new epoch reads the latest version
     resumed.set_epoch(1)
-    latest = [r["id"] for r in resumed]
-    now = {r["id"] for r in changing_table.search().limit(None).to_list()}
-    assert set(latest) <= now and len(latest) == len(set(latest)) == len(now) // 4 * 4
+    latest = Counter(r["id"] for r in resumed)
+    now = Counter(r["id"] for r in changing_table.search().limit(None).to_list())
+    assert latest <= now and latest.total() == now.total() // 4 * 4  # the tail of N mod S is dropped
     assert state["elastic_loader"]["table"]["version"] != resumed.state_dict()["elastic_loader"]["table"]["version"]
 
 

@@ -260,3 +260,16 @@ def test_a_cleaned_up_table_version_is_named(changing_table: Any) -> None:
     resumed = StreamingDataset(changing_table, **kwargs)
     with pytest.raises(ValueError, match=f"version {version}"):
         resumed.load_state_dict(state)
+
+
+def test_a_buffer_token_beyond_int64_is_refused_at_load(table: Any) -> None:
+    """D26: checked at load, not at the first next()."""
+    ds = dataset(table, 0, 1, True)
+    list(itertools.islice(iter(ds), 5))
+    state = ds.state_dict()
+    del state["elastic_loader"]
+    split, buffer = next(iter(state["pack_buffers"].items()))
+    buffer["tokens"] = [2**63, *buffer["tokens"]]
+    buffer["starts"] = [s + 1 for s in buffer["starts"]]
+    with pytest.raises(ValueError, match="int64"):
+        dataset(table, 0, 1, True).load_state_dict(state)

@@ -1,4 +1,4 @@
-"""The size and coupling rules of the code base (docs/ARCHITECTURE.md, "Size and coupling").
+"""The size and coupling rules of the code base (docs/ARCHITECTURE.md, "Rules of the layout").
 
 Rules checked here, statically, on ``src/elastic_loader``:
 

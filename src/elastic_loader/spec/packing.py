@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .errors import SpecValueError, require
-from .rows import End, Exhausted, Faults, Raised, _peek
+from .rows import End, Exhausted, Faults, Raised, peek
 from .topology import PackingConfig, Permutation, check_permutation
 
 
@@ -144,7 +144,7 @@ class _Packer:
         """Pull whole documents into split ``s`` while its buffer is shorter than ``L``."""
         tokens, length = self.tokens[s], self.config.pack_sequences
         while len(tokens) < length:
-            nxt = _peek(self.perm[s], self.consumed[s], self.faults)
+            nxt = peek(self.perm[s], self.consumed[s], self.faults)
             if nxt.kind is Exhausted:
                 return None
             row = self.perm[s][nxt.position]

@@ -106,20 +106,21 @@ class RowRun:
 
 
 @dataclass(frozen=True)
-class _Next:
+class NextRow:
     """What the next non-skipped position of a split holds."""
 
     kind: type[Yielded] | type[Exhausted] | type[Raised]
     position: int
 
 
-def _peek(split: Sequence[int], start: int, faults: Faults) -> _Next:
+def peek(split: Sequence[int], start: int, faults: Faults) -> NextRow:
+    """The first position at or after ``start`` whose row is not skipped, and what it holds."""
     p = start
     while p < len(split) and split[p] in faults.skipped:
         p += 1
     if p == len(split):
-        return _Next(Exhausted, p)
-    return _Next(Raised if split[p] in faults.raising else Yielded, p)
+        return NextRow(Exhausted, p)
+    return NextRow(Raised if split[p] in faults.raising else Yielded, p)
 
 
 def iterate_rows(perm: Permutation, faults: Faults, owned: Sequence[int], state: RowState) -> RowRun:
@@ -140,7 +141,7 @@ def iterate_rows(perm: Permutation, faults: Faults, owned: Sequence[int], state:
         rows.append(Yielded(s, p, perm[s][p]))
         states.append(RowState(tuple(samples), tuple(positions)))
 
-    def finish(s: int, nxt: _Next) -> RowRun:
+    def finish(s: int, nxt: NextRow) -> RowRun:
         end: End = Exhausted() if nxt.kind is Exhausted else Raised(s, nxt.position, perm[s][nxt.position])
         return RowRun(state, tuple(rows), tuple(states), end)
 
@@ -151,7 +152,7 @@ def iterate_rows(perm: Permutation, faults: Faults, owned: Sequence[int], state:
     heapq.heapify(lagging)
     while lagging:
         count, s = heapq.heappop(lagging)
-        nxt = _peek(perm[s], positions[s], faults)
+        nxt = peek(perm[s], positions[s], faults)
         if nxt.kind is not Yielded:
             return finish(s, nxt)
         take(s, nxt.position)
@@ -160,7 +161,7 @@ def iterate_rows(perm: Permutation, faults: Faults, owned: Sequence[int], state:
     while True:
         cycle: list[tuple[int, int]] = []
         for s in owned:
-            nxt = _peek(perm[s], positions[s], faults)
+            nxt = peek(perm[s], positions[s], faults)
             if nxt.kind is not Yielded:
                 return finish(s, nxt)
             cycle.append((s, nxt.position))

@@ -17,7 +17,12 @@ from . import (
     merge,
     packing,
     params,
+    protocols,
+    rank_checkpoint,
+    resolve,
     row_order,
+    schedule,
+    table_pin,
     topology,
 )
 
@@ -34,6 +39,11 @@ FAMILIES: dict[str, Family] = {
         params,
         auto_budget,
         loader,
+        schedule,
+        rank_checkpoint,
+        resolve,
+        table_pin,
+        protocols,
     )
 }
 """Every vector family, in the order they are documented."""

@@ -1,11 +1,13 @@
 """Black-box vector replay: the vector families a ``lancedb.streaming``-API implementation can answer.
 
-``merge`` (``merge_state_dicts``), ``load`` (``load_state_dict`` then
-``state_dict``), ``checkpoint_snapshot`` (``state_dict`` of a dataset put in the
-vector's state by loading the spec's checkpoint) and ``params`` (constructor
-validation on a table with the vector's columns and row count) are asked of the
-implementation; :data:`VECTOR_FAMILIES` says for every other family why it is
-not applicable and which invariant covers it on real tables instead.
+``merge`` (``merge_state_dicts``, provenance and digest included), ``load``
+(``load_state_dict`` on the vector's rank, then ``state_dict``: plain progress,
+projections, cursor and table pin), ``checkpoint_snapshot`` (the expected
+checkpoint loaded on the rank whose splits it reports, then ``state_dict``) and
+``params`` (constructor validation on a table with the vector's columns and row
+count) are asked of the implementation; :data:`VECTOR_FAMILIES` says for every
+other family why it is not applicable and which invariant covers it on real
+tables instead (``spec/VECTORS.md``, "Black-box replay and model-only families").
 
 Rules of this module: an expected error matches when the implementation raises
 that builtin class (or a subclass); the spec's error *code* is not observable
@@ -27,17 +29,10 @@ from typing import cast
 import lancedb
 import pyarrow as pa
 
-from ...spec import (
-    PackedState,
-    RowState,
-    RunConfig,
-    SpecError,
-    load_packed,
-    load_row,
-    snapshot_packed,
-    snapshot_row,
-)
+from ...spec import RunConfig, SpecError, load_saved
 from ...spec.params import CALLABLE, Params
+from ...spec.saved import EXTRA_KEY, Saved
+from ...spec.topology import rank_splits
 from ..adapters import DatasetLike, Implementation
 from ..tables import TOKEN_COLUMN, TableCache, TableKey
 from ..vectors import FAMILIES, VectorCase, default_directory, load_vectors
@@ -49,10 +44,9 @@ from ..vectors.codec import (
     as_object,
     as_str,
     dec_config,
-    dec_packed_state,
-    dec_row_state,
     decode_value,
     enc_checkpoint,
+    enc_provenance,
     enc_state,
     encode_int,
 )
@@ -65,11 +59,12 @@ class _NotApplicable(Exception):
 
 
 _BLACK_BOX = {
-    "merge": "merge_state_dicts(checkpoints); error class compared, not the spec's code",
-    "load": "load_state_dict(checkpoint) on a fresh dataset of the config (world_size 1), then "
-    "state_dict(); error class compared",
-    "checkpoint_snapshot": "state_dict() of a dataset that loaded the spec's checkpoint of the state; "
-    "keys and key order compared",
+    "merge": "merge_state_dicts(checkpoints), provenance and digest included; error class compared, not "
+    "the spec's code",
+    "load": "load_state_dict(checkpoint) on the vector's rank of a fresh dataset of the config, then "
+    "state_dict(): progress, projections, cursor, table pin; error class compared",
+    "checkpoint_snapshot": "state_dict() of a dataset on the rank whose splits the expected checkpoint "
+    "reports, after loading it; keys, key order, provenance and digest compared",
     "params": "StreamingDataset(table, **params) on a table with the vector's columns and rows; error "
     "class, resolved num_splits, drawn seed and DeprecationWarning compared (io_queue_depth is not "
     "observable)",
@@ -83,6 +78,13 @@ VECTOR_FAMILIES: Mapping[str, str] = {
     "commit": "the consumer commit is internal; ConsumerCommitProp checks it end to end",
     "auto_budget": "takes arbitrary document lengths; AutoBudgetInv checks real tables",
     "loader": "takes arbitrary permutations; the machines run StreamingDataLoader on tables",
+    "schedule": "internal delivery arithmetic; LockstepInferenceInv checks its use on real runs",
+    "rank_checkpoint": "takes arbitrary sessions and passes; LockstepInferenceInv checks state_dict() of "
+    "real sessions",
+    "resolve": "internal replay of projections; ProtocolChainProp checks resumed runs",
+    "table_pin": "takes arbitrary table histories; TableVersionPinInv checks real table versions",
+    "protocols": "takes arbitrary permutations and faults; ProtocolChainProp and SameTopologyResumeProp "
+    "check chains on real tables",
 }
 """Every vector family and how it is run against an implementation (or why it cannot be)."""
 
@@ -150,15 +152,15 @@ class _VectorContext:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.tables = TableCache(self.directory)
 
-    def dataset(self, config: RunConfig, split_len: int) -> DatasetLike:
-        """A fresh world-size-1 dataset of ``config`` over ``num_splits * split_len`` rows."""
+    def dataset(self, config: RunConfig, split_len: int, world_size: int = 1, rank: int = 0) -> DatasetLike:
+        """A fresh dataset of ``config`` (rank ``rank`` of ``world_size``) over ``S * split_len`` rows."""
         params: dict[str, object] = {
             "num_splits": config.num_splits,
             "shuffle": True,
             "shuffle_seed": config.shuffle_seed,
             "epoch": config.epoch,
-            "rank": 0,
-            "world_size": 1,
+            "rank": rank,
+            "world_size": world_size,
         }
         if config.packing is not None:
             params.update(
@@ -194,19 +196,29 @@ class _VectorContext:
         return self._params_tables[key]
 
 
-def _progress_of(dataset: DatasetLike, config: RunConfig, split_len: int) -> Json:
+def _read_back(dataset: DatasetLike, config: RunConfig, split_len: int) -> Saved:
+    """The dataset's ``state_dict()`` as the spec reads it."""
     state = dataset.state_dict()
-    parsed: RowState | PackedState
     try:
-        if config.packing is None:
-            parsed = load_row(config, state, split_len)
-        else:
-            parsed = load_packed(config, state, split_len)
+        return load_saved(config, state, split_len)
     except SpecError as error:
         raise AssertionError(
             f"state_dict() gave {_compact(state)}, which the spec cannot read: {error}"
         ) from error
-    return enc_state(parsed)
+
+
+def _loaded(saved: Saved) -> Json:
+    """What a ``state_dict()`` right after a load must say: the plain progress, the projections,
+    the cursor and the table pin (it reports the loading rank's own splits, whatever was loaded)."""
+    provenance = enc_provenance(saved)
+    return {"state": enc_state(saved.state), **{k: provenance[k] for k in ("projected", "cursor", "table")}}
+
+
+def _pinned_version(checkpoint: object) -> bool:
+    """The checkpoint pins a table version (a fresh table of the conformance run has other versions)."""
+    extra = checkpoint.get(EXTRA_KEY) if isinstance(checkpoint, Mapping) else None
+    table = extra.get("table") if isinstance(extra, Mapping) else None
+    return isinstance(table, Mapping) and table.get("version") is not None
 
 
 def _vector_merge(ctx: _VectorContext, case: VectorCase) -> str | None:
@@ -233,17 +245,47 @@ def _vector_load(ctx: _VectorContext, case: VectorCase) -> str | None:
     given = case["input"]
     config = dec_config(given["config"])
     split_len = as_int(given["split_len"])
+    world_size, rank = as_int(given["world_size"]), as_int(given["rank"])
     if config.perm_fingerprint is not None:
         raise _NotApplicable("needs a split_strategy dataset (perm_fingerprint)")
+    if world_size < 1 or not 0 <= rank < world_size or config.num_splits % world_size:
+        raise _NotApplicable("no dataset has this topology (the params vectors check its refusal)")
+    checkpoint = decode_value(given["checkpoint"])
+    if _pinned_version(checkpoint):
+        raise _NotApplicable("pins a table version the conformance table does not have")
     expected = case["output"]
-    dataset = ctx.dataset(config, split_len)
+    dataset = ctx.dataset(config, split_len, world_size, rank)
     try:
-        dataset.load_state_dict(cast(Mapping[str, object], decode_value(given["checkpoint"])))
+        dataset.load_state_dict(cast(Mapping[str, object], checkpoint))
     except Exception as error:
         return _judge_error(error, expected, "load_state_dict")
     if (problem := _judge_success(expected, "load_state_dict accepted it")) is not None:
         return problem
-    return _diff(_progress_of(dataset, config, split_len), expected["state"], "progress after the load")
+    want = {k: expected[k] for k in ("state", "projected", "cursor", "table")}
+    return _diff(_loaded(_read_back(dataset, config, split_len)), want, "state_dict() after the load")
+
+
+def _loading_rank(num_splits: int, reported: list[Json]) -> tuple[int, int]:
+    """The ``(world_size, rank)`` whose rank block is exactly ``reported``."""
+    if not reported or num_splits % len(reported):
+        raise _NotApplicable(f"no rank owns exactly the splits {reported}")
+    world_size = num_splits // len(reported)
+    for rank in range(world_size):
+        if list(rank_splits(num_splits, world_size, rank)) == reported:
+            return world_size, rank
+    raise _NotApplicable(f"no rank owns exactly the splits {reported}")
+
+
+def _snapshot_split_len(config: RunConfig, state: JsonObject, table: Json) -> int:
+    """A split length the expected checkpoint loads with: the pinned row count's, else the progress."""
+    progress = as_list(state["positions"] if config.packing is None else state["consumed"])
+    needed = max([1, *(as_int(v) for v in progress)])
+    if table is None:
+        return needed
+    rows = as_int(as_object(table)["rows"])
+    if rows % config.num_splits or rows // config.num_splits < needed:
+        raise _NotApplicable(f"no table of {rows} rows holds this progress in {config.num_splits} splits")
+    return rows // config.num_splits
 
 
 def _vector_snapshot(ctx: _VectorContext, case: VectorCase) -> str | None:
@@ -251,18 +293,17 @@ def _vector_snapshot(ctx: _VectorContext, case: VectorCase) -> str | None:
     config = dec_config(given["config"])
     expected = case["output"]
     if _expected_error(expected) is not None:
-        raise _NotApplicable("a snapshot of the other mode cannot be requested through the public API")
+        raise _NotApplicable("the spec refuses to write it; no dataset holds such a state")
     if config.perm_fingerprint is not None:
         raise _NotApplicable("needs a split_strategy dataset (perm_fingerprint)")
-    if config.packing is None:
-        row = dec_row_state(given["state"])
-        payload, progress = snapshot_row(config, row), row.positions
-    else:
-        packed = dec_packed_state(given["state"])
-        payload, progress = snapshot_packed(config, packed), packed.consumed
-    dataset = ctx.dataset(config, max(1, *progress))
+    payload = cast(Mapping[str, object], decode_value(expected["checkpoint"]))
+    if _pinned_version(payload):
+        raise _NotApplicable("pins a table version the conformance table does not have")
+    world_size, rank = _loading_rank(config.num_splits, as_list(given["reported"]))
+    split_len = _snapshot_split_len(config, as_object(given["state"]), given["table"])
+    dataset = ctx.dataset(config, split_len, world_size, rank)
     try:
-        dataset.load_state_dict(payload)
+        dataset.load_state_dict(dict(payload))
     except Exception as error:
         return f"load_state_dict({_compact(payload, 200)}) raised {_describe(error)}"
     state = dataset.state_dict()

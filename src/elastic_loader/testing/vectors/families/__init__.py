@@ -2,7 +2,8 @@
 
 Rules of this package: a family module defines ``FAMILY`` (its name, summary,
 cases and replay) and nothing that another family needs, except the shared
-checkpoints of :mod:`.fixtures`; adding a family means adding its module here.
+checkpoints of :mod:`.fixtures` and the sessions of :mod:`.sessions`; adding a
+family means adding its module here.
 """
 
 from __future__ import annotations

@@ -400,12 +400,14 @@ def _table_faults(wrap: Wrap, row: dict[str, object]) -> list[CaseDef]:
         ),
         wrap("error_table_not_a_dict", "a table pin is a dict", with_extra(row, table=20)),
         wrap(
-            "error_table_without_rows", "a table pin counts its rows", with_extra(row, table={"version": 1})
+            "error_table_without_rows",
+            "a table pin counts its rows",
+            with_extra(row, table={"version": None}),
         ),
         wrap(
             "error_table_negative_version",
             "versions are not negative",
             with_extra(row, table={"version": -1, "rows": 20}),
         ),
-        wrap("error_table_no_rows", "a table has a row", with_extra(row, table={"version": 1, "rows": 0})),
+        wrap("error_table_no_rows", "a table has a row", with_extra(row, table={"version": None, "rows": 0})),
     ]

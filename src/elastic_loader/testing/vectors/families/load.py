@@ -135,6 +135,8 @@ def cases() -> list[CaseDef]:
         *_range_cases(),
         *checkpoint_fault_cases(_auto, _ROW, _PACKED),
         *_session_cases(),
+        *_more_session_cases(),
+        *_edited_cases(),
         *_legacy_packed_cases(),
         *provenance_fault_cases(_auto, _ROW, _PACKED),
         *_topology_cases(),
@@ -403,11 +405,7 @@ def _from_session(
 def _session_cases() -> list[CaseDef]:
     """Checkpoints one rank of a session wrote, loaded by itself, another rank, another topology."""
     row = session(ROW_JOB, Shape(2, 2, 1), 3)
-    packed = session(PACKED_JOB, Shape(2, 2, 1), 3)
-    skip = session(SKIP_JOB, Shape(2, 0, 2), 2)
-    pinned = session(ROW_JOB, Shape(2, 0, 3), 1, pinned=True)
-    for results in (row, packed, skip):
-        inv.PartialStateRefusedInv(results, ROW_JOB.split_len)
+    inv.PartialStateRefusedInv(row, ROW_JOB.split_len)
     return [
         _from_session(
             "ours_row_on_its_own_rank",
@@ -442,6 +440,17 @@ def _session_cases() -> list[CaseDef]:
             3,
             as_json=True,
         ),
+    ]
+
+
+def _more_session_cases() -> list[CaseDef]:
+    """Packed projections, unknown splits and table pins of sessions' checkpoints."""
+    packed = session(PACKED_JOB, Shape(2, 2, 1), 3)
+    skip = session(SKIP_JOB, Shape(2, 0, 2), 2)
+    pinned = session(ROW_JOB, Shape(2, 0, 3), 1, pinned=True)
+    for results in (packed, skip):
+        inv.PartialStateRefusedInv(results, ROW_JOB.split_len)
+    return [
         _from_session(
             "ours_packed_projected",
             "rank 0's packed checkpoint: rank 1's splits are projected block counts",
@@ -491,6 +500,13 @@ def _session_cases() -> list[CaseDef]:
             2,
             0,
         ),
+    ]
+
+
+def _edited_cases() -> list[CaseDef]:
+    """A session's checkpoint edited: refused by its digest, loaded without one."""
+    row = session(ROW_JOB, Shape(2, 2, 1), 3)
+    return [
         _case(
             "ours_edited_without_digest",
             "without a digest an edited checkpoint loads (a deliberate edit)",

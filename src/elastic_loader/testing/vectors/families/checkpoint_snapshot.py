@@ -6,11 +6,8 @@ table, digest). Keys and key order are part of the output. The input gives the p
 fields, so the cases include provenance no checkpoint can have (the model refuses to write it).
 Every written checkpoint is checked against ``CheckpointRoundTripInv`` and ``ReachableLoadInv``.
 
-Rules of this module (the same for every family module): the input is a frozen
-dataclass with a JSON codec (``_encode``/``_decode``) and a model run
-(``_run``) that checks the invariants of the result; :func:`cases` builds the
-cases, deterministically, in the order the vector file lists them, and the
-first line of its docstring is the family's summary in that file.
+Rules of this module: those of every family module, stated once in the package docstring
+(:mod:`elastic_loader.testing.vectors.families`).
 """
 
 from __future__ import annotations
@@ -18,8 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ....spec import invariants as inv
-from ....spec.errors import SpecError
 from ....spec.packing import PackBuffer, PackedState, initial_packed_state
 from ....spec.protocols import Shape
 from ....spec.rows import RowState, initial_row_state
@@ -27,7 +22,6 @@ from ....spec.saved import Cursor, Projection, Saved, TablePin, snapshot_saved
 from ....spec.topology import RunConfig
 from ..codec import (
     Json,
-    JsonObject,
     VectorFormatError,
     as_int,
     as_ints,
@@ -40,9 +34,8 @@ from ..codec import (
     enc_config,
     enc_state,
     encode_int,
-    error_json,
 )
-from ..plumbing import CaseDef, Codec, attempt, family, make_case
+from .base import CaseDef, Codec, JsonObject, SpecError, attempt, error_json, family, inv, make_case
 from .fixtures import FINGERPRINT, PACKING4
 from .sessions import PACKED_JOB, ROW_JOB, SKIP_JOB, session
 

@@ -8,11 +8,8 @@ and from sessions of the model (:mod:`.sessions`). Every accepted checkpoint is 
 ``CheckpointRoundTripInv`` and ``ReachableLoadInv``, and every checkpoint a session wrote against
 ``PartialStateRefusedInv``.
 
-Rules of this module (the same for every family module): the input is a frozen
-dataclass with a JSON codec (``_encode``/``_decode``) and a model run
-(``_run``) that checks the invariants of the result; :func:`cases` builds the
-cases, deterministically, in the order the vector file lists them, and the
-first line of its docstring is the family's summary in that file.
+Rules of this module: those of every family module, stated once in the package docstring
+(:mod:`elastic_loader.testing.vectors.families`).
 """
 
 from __future__ import annotations
@@ -20,25 +17,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from ....spec import invariants as inv
 from ....spec.checkpoint import snapshot_packed, snapshot_row
-from ....spec.errors import SpecError
 from ....spec.packing import initial_packed_state
 from ....spec.protocols import Shape
 from ....spec.rows import RowState, initial_row_state
 from ....spec.saved import Saved, load_for_rank, snapshot_saved
 from ....spec.topology import RunConfig
-from ..codec import (
-    JsonObject,
-    as_int,
-    dec_config,
-    decode_value,
-    enc_config,
-    enc_saved,
-    encode_value,
-    error_json,
-)
-from ..plumbing import CaseDef, Codec, attempt, family, make_case
+from ..codec import as_int, dec_config, decode_value, enc_config, enc_saved, encode_value
+from .base import CaseDef, Codec, JsonObject, SpecError, attempt, error_json, family, inv, make_case
 from .fixtures import (
     PACKED_CONFIG,
     PACKED_STATE,

@@ -5,11 +5,8 @@ topology starts with the role whose batch came next); a loader starts from any s
 iterators catching up first (D23). Row-mode cases are checked against ``ConsumerCommitProp``
 after every batch, and, from the start of an epoch, against ``ExactlyOnceProp``.
 
-Rules of this module (the same for every family module): the input is a frozen
-dataclass with a JSON codec (``_encode``/``_decode``) and a model run
-(``_run``) that checks the invariants of the result; :func:`cases` builds the
-cases, deterministically, in the order the vector file lists them, and the
-first line of its docstring is the family's summary in that file.
+Rules of this module: those of every family module, stated once in the package docstring
+(:mod:`elastic_loader.testing.vectors.families`).
 """
 
 from __future__ import annotations
@@ -17,15 +14,12 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from ....spec import invariants as inv
-from ....spec.errors import SpecError
 from ....spec.loader import LoaderRun, run_loader
 from ....spec.packing import PackedState, initial_packed_state, iterate_packed
 from ....spec.rows import Faults, RowState, Yielded, initial_row_state, iterate_rows
 from ....spec.topology import PackingConfig, Permutation, RunConfig, Topology
 from ..codec import (
     Corpus,
-    JsonObject,
     as_int,
     corpus_map,
     dec_config,
@@ -41,20 +35,9 @@ from ..codec import (
     enc_raised,
     enc_row,
     enc_state,
-    error_json,
 )
-from ..plumbing import (
-    NO_FAULTS,
-    CaseDef,
-    Codec,
-    attempt,
-    family,
-    faults_of,
-    make_case,
-    random_corpus,
-    random_perm,
-    rows_after,
-)
+from ..plumbing import NO_FAULTS, faults_of, random_corpus, random_perm, rows_after
+from .base import CaseDef, Codec, JsonObject, SpecError, attempt, error_json, family, inv, make_case
 
 
 @dataclass(frozen=True)

@@ -7,11 +7,8 @@ Every merged checkpoint is checked to be idempotent and, in row mode, independen
 of the states (``MergeLatticeInv``); the cases of ranks at one global step are checked against
 ``MergeExactProp``, the merges of a session's checkpoints against ``MergeReportedInv``.
 
-Rules of this module (the same for every family module): the input is a frozen
-dataclass with a JSON codec (``_encode``/``_decode``) and a model run
-(``_run``) that checks the invariants of the result; :func:`cases` builds the
-cases, deterministically, in the order the vector file lists them, and the
-first line of its docstring is the family's summary in that file.
+Rules of this module: those of every family module, stated once in the package docstring
+(:mod:`elastic_loader.testing.vectors.families`).
 """
 
 from __future__ import annotations
@@ -21,35 +18,15 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from ....spec import invariants as inv
 from ....spec.checkpoint import join_row, snapshot_packed, snapshot_row
-from ....spec.errors import SpecError
 from ....spec.packing import PackedState, initial_packed_state, iterate_packed
 from ....spec.protocols import Shape
 from ....spec.rows import RowState
 from ....spec.saved import merge_state_dicts, snapshot_saved
 from ....spec.topology import PackingConfig, Permutation, RunConfig, rank_splits
-from ..codec import (
-    Corpus,
-    JsonObject,
-    as_list,
-    corpus_map,
-    decode_value,
-    enc_checkpoint,
-    encode_value,
-    error_json,
-)
-from ..plumbing import (
-    NO_FAULTS,
-    CaseDef,
-    Codec,
-    attempt,
-    family,
-    make_case,
-    random_corpus,
-    random_perm,
-    rows_after,
-)
+from ..codec import Corpus, as_list, corpus_map, decode_value, enc_checkpoint, encode_value
+from ..plumbing import NO_FAULTS, random_corpus, random_perm, rows_after
+from .base import CaseDef, Codec, JsonObject, SpecError, attempt, error_json, family, inv, make_case
 from .fixtures import (
     PACKED_CONFIG,
     PACKED_STATE,

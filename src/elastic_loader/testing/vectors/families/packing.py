@@ -5,11 +5,8 @@ configuration and a start state (any state a run leaves behind: owned splits
 that emitted different block counts catch up first). Every case is checked against the packing
 invariants that apply to one run (:func:`check_packed_run`).
 
-Rules of this module (the same for every family module): the input is a frozen
-dataclass with a JSON codec (``_encode``/``_decode``) and a model run
-(``_run``) that checks the invariants of the result; :func:`cases` builds the
-cases, deterministically, in the order the vector file lists them, and the
-first line of its docstring is the family's summary in that file.
+Rules of this module: those of every family module, stated once in the package docstring
+(:mod:`elastic_loader.testing.vectors.families`).
 """
 
 from __future__ import annotations
@@ -18,14 +15,11 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ....spec import invariants as inv
-from ....spec.errors import SpecError
 from ....spec.packing import PackedRun, PackedState, initial_packed_state, iterate_packed
 from ....spec.rows import Exhausted, Faults
 from ....spec.topology import PackingConfig, Permutation
 from ..codec import (
     Corpus,
-    JsonObject,
     as_ints,
     corpus_map,
     dec_corpus,
@@ -40,21 +34,9 @@ from ..codec import (
     enc_packed_state,
     enc_packing,
     enc_permutation,
-    error_json,
 )
-from ..plumbing import (
-    NO_FAULTS,
-    CaseDef,
-    Codec,
-    attempt,
-    family,
-    faults_of,
-    make_case,
-    random_corpus,
-    random_faults,
-    random_perm,
-    seq_perm,
-)
+from ..plumbing import NO_FAULTS, faults_of, random_corpus, random_faults, random_perm, seq_perm
+from .base import CaseDef, Codec, JsonObject, SpecError, attempt, error_json, family, inv, make_case
 
 
 @dataclass(frozen=True)

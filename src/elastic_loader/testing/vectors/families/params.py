@@ -4,11 +4,8 @@ Each case is one fault (or none) against a valid base parameter set; the case
 checks that its base is valid and that it changes exactly the keyword it
 names. Case names are derived from the keyword and the value (:func:`value_label`).
 
-Rules of this module (the same for every family module): the input is a frozen
-dataclass with a JSON codec (``_encode``/``_decode``) and a model run
-(``_run``) that checks the invariants of the result; :func:`cases` builds the
-cases, deterministically, in the order the vector file lists them, and the
-first line of its docstring is the family's summary in that file.
+Rules of this module: those of every family module, stated once in the package docstring
+(:mod:`elastic_loader.testing.vectors.families`).
 """
 
 from __future__ import annotations
@@ -18,10 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 
 from ....spec import params as spec_params
-from ....spec.errors import SpecError
 from ....spec.params import CALLABLE, ColumnKind, Params, TableFacts, validate_params
 from ..codec import (
-    JsonObject,
     VectorFormatError,
     WorkerInfo,
     as_int,
@@ -30,9 +25,8 @@ from ..codec import (
     decode_value,
     encode_int,
     encode_value,
-    error_json,
 )
-from ..plumbing import CaseDef, Codec, attempt, family, make_case
+from .base import CaseDef, Codec, JsonObject, SpecError, attempt, error_json, family, make_case
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,8 @@ starts are the checkpoint dicts of the last one through a protocol (``one_rank``
 ``PartialStateRefusedInv``, and chains whose every reload of one rank's state follows a lockstep
 session against ``ProtocolChainProp``.
 
-Rules of this module (the same for every family module): the input is a frozen
-dataclass with a JSON codec (``_encode``/``_decode``) and a model run
-(``_run``) that checks the invariants of the result; :func:`cases` builds the
-cases, deterministically, in the order the vector file lists them, and the
-first line of its docstring is the family's summary in that file.
+Rules of this module: those of every family module, stated once in the package docstring
+(:mod:`elastic_loader.testing.vectors.families`).
 """
 
 from __future__ import annotations
@@ -21,8 +18,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ....spec import invariants as inv
-from ....spec.errors import SpecError
 from ....spec.loader import Item
 from ....spec.protocols import Protocol, RankResult, Shape, lockstep_batches, next_starts, run_session
 from ....spec.rows import Faults
@@ -31,7 +26,6 @@ from ....spec.topology import Permutation, RunConfig
 from ..codec import (
     Corpus,
     Json,
-    JsonObject,
     VectorFormatError,
     as_int,
     as_ints,
@@ -49,9 +43,9 @@ from ..codec import (
     enc_faults,
     enc_item,
     enc_permutation,
-    error_json,
 )
-from ..plumbing import CaseDef, Codec, attempt, family, faults_of, make_case
+from ..plumbing import faults_of
+from .base import CaseDef, Codec, JsonObject, SpecError, attempt, error_json, family, inv, make_case
 from .sessions import PACKED_JOB, ROW_JOB, SKIP_JOB, Job
 
 

@@ -9,11 +9,8 @@ iterators delivered from and its loader passes), and each is checked to be the c
 session wrote, against ``LockstepInferenceInv`` for lockstep sessions, and against loaders of the
 other ranks run through the same passes.
 
-Rules of this module (the same for every family module): the input is a frozen
-dataclass with a JSON codec (``_encode``/``_decode``) and a model run
-(``_run``) that checks the invariants of the result; :func:`cases` builds the
-cases, deterministically, in the order the vector file lists them, and the
-first line of its docstring is the family's summary in that file.
+Rules of this module: those of every family module, stated once in the package docstring
+(:mod:`elastic_loader.testing.vectors.families`).
 """
 
 from __future__ import annotations
@@ -22,8 +19,6 @@ import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from ....spec import invariants as inv
-from ....spec.errors import SpecError
 from ....spec.loader import run_loader
 from ....spec.packing import PackedState, iterate_packed
 from ....spec.protocols import Protocol, Shape
@@ -32,7 +27,6 @@ from ....spec.saved import Pass, Saved, load_saved, rank_checkpoint, resolve, sn
 from ....spec.topology import RunConfig, Topology, owned_splits, rank_splits
 from ..codec import (
     Json,
-    JsonObject,
     VectorFormatError,
     as_int,
     as_ints,
@@ -44,9 +38,8 @@ from ..codec import (
     enc_checkpoint,
     enc_config,
     enc_state,
-    error_json,
 )
-from ..plumbing import CaseDef, Codec, attempt, family, make_case
+from .base import CaseDef, Codec, JsonObject, SpecError, attempt, error_json, family, inv, make_case
 from .sessions import PACKED_JOB, ROW_JOB, SKIP_JOB, Job, resumed, session, touched
 
 RawPass = tuple[int, int, int, int, int]

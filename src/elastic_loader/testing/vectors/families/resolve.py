@@ -6,11 +6,8 @@ block count; row splits are exact already, unknown ones cannot be resumed. Every
 was written by a session of the model, and each resolved split is checked to resume as the
 checkpoint of the rank that owned it resolves (``LockstepInferenceInv``'s comparison).
 
-Rules of this module (the same for every family module): the input is a frozen
-dataclass with a JSON codec (``_encode``/``_decode``) and a model run
-(``_run``) that checks the invariants of the result; :func:`cases` builds the
-cases, deterministically, in the order the vector file lists them, and the
-first line of its docstring is the family's summary in that file.
+Rules of this module: those of every family module, stated once in the package docstring
+(:mod:`elastic_loader.testing.vectors.families`).
 """
 
 from __future__ import annotations
@@ -18,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ....spec.errors import SpecError
 from ....spec.packing import PackedState, iterate_packed
 from ....spec.protocols import RankResult, Shape
 from ....spec.rows import Faults, RowState
@@ -26,7 +22,6 @@ from ....spec.saved import Saved, load_saved, resolve, snapshot_saved
 from ....spec.topology import Permutation, RunConfig, rank_splits
 from ..codec import (
     Corpus,
-    JsonObject,
     as_int,
     as_ints,
     corpus_map,
@@ -41,9 +36,9 @@ from ..codec import (
     enc_faults,
     enc_permutation,
     enc_state,
-    error_json,
 )
-from ..plumbing import CaseDef, Codec, attempt, family, faults_of, make_case
+from ..plumbing import faults_of
+from .base import CaseDef, Codec, JsonObject, SpecError, attempt, error_json, family, make_case
 from .sessions import PACKED_JOB, ROW_JOB, SKIP_JOB, Job, session
 
 

@@ -8,11 +8,8 @@ against an independent computation: the canonical order and torch's round robin 
 item (one batch) at a time, and ``simulate_pass`` against :func:`~elastic_loader.spec.loader.run_loader`
 over a permutation whose splits end at the caps.
 
-Rules of this module (the same for every family module): the input is a frozen
-dataclass with a JSON codec (``_encode``/``_decode``) and a model run
-(``_run``) that checks the invariants of the result; :func:`cases` builds the
-cases, deterministically, in the order the vector file lists them, and the
-first line of its docstring is the family's summary in that file.
+Rules of this module: those of every family module, stated once in the package docstring
+(:mod:`elastic_loader.testing.vectors.families`).
 """
 
 from __future__ import annotations
@@ -22,14 +19,13 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ....spec.errors import SpecError
 from ....spec.loader import run_loader
 from ....spec.rows import Faults, RowState, Yielded
 from ....spec.saved import Pass, simulate_pass
 from ....spec.schedule import canonical_capacity, canonical_counts, next_worker, round_robin_turns
 from ....spec.topology import RunConfig, Topology, rank_splits
-from ..codec import JsonObject, VectorFormatError, as_int, as_ints, as_str, encode_ints, error_json
-from ..plumbing import CaseDef, Codec, attempt, family, make_case
+from ..codec import VectorFormatError, as_int, as_ints, as_str, encode_ints
+from .base import CaseDef, Codec, JsonObject, SpecError, attempt, error_json, family, make_case
 
 FUNCTIONS = ("canonical_capacity", "canonical_counts", "round_robin_turns", "next_worker", "simulate_pass")
 """The functions this family asks about, in the order the cases list them."""

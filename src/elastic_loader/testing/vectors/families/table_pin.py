@@ -5,11 +5,8 @@ the checkpoint recorded (the latest without a pin or for an unversioned table), 
 that version was cleaned up. Every case with a versioned pin is checked against
 ``TableVersionPinInv``.
 
-Rules of this module (the same for every family module): the input is a frozen
-dataclass with a JSON codec (``_encode``/``_decode``) and a model run
-(``_run``) that checks the invariants of the result; :func:`cases` builds the
-cases, deterministically, in the order the vector file lists them, and the
-first line of its docstring is the family's summary in that file.
+Rules of this module: those of every family module, stated once in the package docstring
+(:mod:`elastic_loader.testing.vectors.families`).
 """
 
 from __future__ import annotations
@@ -17,22 +14,11 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from ....spec import invariants as inv
-from ....spec.errors import SpecError
 from ....spec.saved import TablePin, pinned_permutation
 from ....spec.topology import Permutation
-from ..codec import (
-    JsonObject,
-    as_int,
-    as_list,
-    as_object,
-    dec_permutation,
-    dec_table,
-    enc_permutation,
-    enc_table,
-    error_json,
-)
-from ..plumbing import CaseDef, Codec, attempt, family, make_case, random_perm
+from ..codec import as_int, as_list, as_object, dec_permutation, dec_table, enc_permutation, enc_table
+from ..plumbing import random_perm
+from .base import CaseDef, Codec, JsonObject, SpecError, attempt, error_json, family, inv, make_case
 
 
 @dataclass(frozen=True)

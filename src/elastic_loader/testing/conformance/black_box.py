@@ -238,10 +238,12 @@ def _loaded(saved: Saved) -> JsonObject:
 
 
 def _pinned_version(checkpoint: object) -> bool:
-    """The checkpoint pins a table version (a fresh table of the conformance run has other versions)."""
+    """The checkpoint pins a table version some table could have (a fresh table of the conformance
+    run has other versions); a malformed version (negative, not an integer) is refused by any."""
     extra = checkpoint.get(EXTRA_KEY) if isinstance(checkpoint, Mapping) else None
     table = extra.get("table") if isinstance(extra, Mapping) else None
-    return isinstance(table, Mapping) and table.get("version") is not None
+    version = table.get("version") if isinstance(table, Mapping) else None
+    return isinstance(version, int) and not isinstance(version, bool) and version >= 0
 
 
 def _vector_merge(ctx: _VectorContext, case: VectorCase) -> str | None:

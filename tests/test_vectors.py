@@ -8,6 +8,9 @@
   source, not listed by hand. Every code of the delivery arithmetic and of
   saved checkpoints (``spec/ERRORS.md``) appears in some vector too.
 * A mutated vector is detected, by ``check`` and by replaying the model.
+* The black-box families replay against our pipeline with no failure; an
+  implementation without the ``elastic_loader`` key (``lancedb.streaming``) is
+  judged on the reference's keys, and a wrong value there still fails.
 """
 
 from __future__ import annotations
@@ -452,3 +455,39 @@ def test_every_family_and_field_is_documented() -> None:
             fields |= set(case["input"]) | set(case["output"])
         undocumented = sorted(f for f in fields if f"`{f}`" not in text)
         assert not undocumented, f"spec/VECTORS.md section {family} does not describe {undocumented}"
+
+
+# ---------------------------------------------------------------- black-box replay
+
+
+def test_the_pipeline_passes_every_black_box_family(tmp_path: Path) -> None:
+    from elastic_loader.testing.conformance import resolve_implementation
+    from elastic_loader.testing.conformance.black_box import run_vectors
+
+    results, _ = run_vectors(resolve_implementation("elastic_loader"), tmp_path, VECTOR_DIR, None)
+    ran = {r.family for r in results if r.status != "not-applicable"}
+    assert ran == {"merge", "load", "checkpoint_snapshot", "params"}
+    failures = {r.family: [f"{f.case}: {f.detail}" for f in r.failures] for r in results if r.failures}
+    assert not failures
+    assert all(r.status == "pass" and r.passed > 0 for r in results if r.family in ran)
+
+
+def test_a_checkpoint_without_the_extra_key_is_judged_on_the_reference_keys(tmp_path: Path) -> None:
+    from elastic_loader.testing.conformance import resolve_implementation
+    from elastic_loader.testing.conformance.black_box import _RUNNERS, _VectorContext
+
+    reference = _VectorContext(resolve_implementation("lancedb.streaming"), tmp_path / "reference")
+    ours = _VectorContext(resolve_implementation("elastic_loader"), tmp_path / "ours")
+    assert not reference.writes_provenance and ours.writes_provenance
+    cases = vectors.load_vectors("merge", VECTOR_DIR)
+    case = next(c for c in cases if c["name"] == "row_2_ranks_after_3_steps")
+    assert "elastic_loader" in case["output"]["checkpoint"]
+    assert _RUNNERS["merge"](reference, case) is None
+    assert _RUNNERS["merge"](ours, case) is None
+    wrong = json.loads(json.dumps(case))
+    wrong["output"]["checkpoint"]["samples_consumed_per_split"][0] += 1
+    assert _RUNNERS["merge"](reference, wrong) is not None
+    without_key = json.loads(json.dumps(case))
+    del without_key["output"]["checkpoint"]["elastic_loader"]
+    without_key["output"]["keys"].remove("elastic_loader")
+    assert _RUNNERS["merge"](ours, without_key) is not None

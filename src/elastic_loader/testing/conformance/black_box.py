@@ -63,12 +63,12 @@ class _NotApplicable(Exception):
 
 
 _BLACK_BOX = {
-    "merge": "merge_state_dicts(checkpoints), provenance and digest included; error class compared, not "
-    "the spec's code",
+    "merge": "merge_state_dicts(checkpoints), provenance and digest included if the implementation writes "
+    "the elastic_loader key; error class compared, not the spec's code",
     "load": "load_state_dict(checkpoint) on the vector's rank of a fresh dataset of the config, then "
-    "state_dict(): progress, projections, cursor, table pin; error class compared",
+    "state_dict(): progress (and projections, cursor, table pin if it writes the key); error class compared",
     "checkpoint_snapshot": "state_dict() of a dataset on the rank whose splits the expected checkpoint "
-    "reports, after loading it; keys, key order, provenance and digest compared",
+    "reports, after loading it; keys, key order (and provenance and digest if it writes the key) compared",
     "params": "StreamingDataset(table, **params) on a table with the vector's columns and rows; error "
     "class, resolved num_splits, drawn seed and DeprecationWarning compared (io_queue_depth is not "
     "observable)",

@@ -14,7 +14,6 @@ import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 
-from ....spec import params as spec_params
 from ....spec.params import CALLABLE, ColumnKind, Params, TableFacts, validate_params
 from ..codec import (
     VectorFormatError,
@@ -100,9 +99,33 @@ _BASES: dict[str, Params] = {
     ),
 }
 
-_INT_KEYWORDS = tuple(name for name, _, _ in spec_params._INT_PARAMS)
-"""Integer keywords, in the model's check order (read from the model's own table)."""
-_NULLABLE_INTS = frozenset(name for name, nullable, _ in spec_params._INT_PARAMS if nullable)
+
+def _type_error(params: Params) -> str | None:
+    """The keyword whose type ``validate_params`` refuses first, if it refuses one."""
+    result = attempt(lambda: validate_params(params, _TABLE))
+    if isinstance(result, SpecError) and result.code.endswith("_type"):
+        return result.code.removesuffix("_type")
+    return None
+
+
+def _integer_keywords() -> tuple[str, ...]:
+    """The integer keywords in the model's check order, as ``validate_params`` reveals them.
+
+    With every keyword at ``1.5`` the model names the first keyword it checks; that keyword is an
+    integer one when ``1`` alone passes its type check. Putting it back at its default shows the
+    next, until the first keyword that refuses ``1`` (the non-integer checks follow the integer ones).
+    """
+    wrong = {f.name: 1.5 for f in fields(Params)}
+    order: list[str] = []
+    while (name := _type_error(Params(**wrong))) is not None and _type_error(Params(**{name: 1})) != name:
+        order.append(name)
+        del wrong[name]
+    return tuple(order)
+
+
+_INT_KEYWORDS = _integer_keywords()
+"""Integer keywords, in the model's check order (asked of the model)."""
+_NULLABLE_INTS = frozenset(name for name in _INT_KEYWORDS if _type_error(Params(**{name: None})) != name)
 
 
 def _value_label(value: object) -> str:

@@ -16,7 +16,9 @@ from outside and is not compared. A case the public API cannot express is
 key is compared only for an implementation whose checkpoints carry it (a fresh
 dataset's ``state_dict()`` has it); for one that writes the reference's keys
 alone (``lancedb.streaming``), checkpoints are compared on those keys and a
-``state_dict()`` after a load on its plain progress.
+``state_dict()`` after a load on its plain progress. A checkpoint that pins a
+table version is replayed on a conformance table restored until it has that
+version.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from ...spec.params import CALLABLE, Params
 from ...spec.saved import EXTRA_KEY, Saved
 from ...spec.topology import rank_splits
 from ..adapters import DatasetLike, Implementation
-from ..tables import TOKEN_COLUMN, TableCache, TableKey
+from ..tables import TOKEN_COLUMN, TableCache, TableKey, build_table
 from ..vectors import FAMILIES, VectorCase, default_directory, load_vectors
 from ..vectors.codec import (
     Json,
@@ -56,6 +58,9 @@ from ..vectors.codec import (
 )
 from .progress import ProgressCallback, ProgressEvent
 from .report import VectorCaseResult, VectorResult, VectorStatus, first_line
+
+_MAX_PINNED_VERSION = 64
+"""The largest table version a conformance table is restored up to (a pin beyond is not applicable)."""
 
 
 class _NotApplicable(Exception):
@@ -153,6 +158,7 @@ class _VectorContext:
     _params_tables: dict[tuple[tuple[tuple[str, str], ...], int], object] = field(default_factory=dict)
 
     _provenance: bool | None = field(default=None, init=False)
+    _versioned: dict[tuple[TableKey, int], object] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -175,8 +181,16 @@ class _VectorContext:
             "keys": [k for k in as_list(expected["keys"]) if k != EXTRA_KEY],
         }
 
-    def dataset(self, config: RunConfig, split_len: int, world_size: int = 1, rank: int = 0) -> DatasetLike:
-        """A fresh dataset of ``config`` (rank ``rank`` of ``world_size``) over ``S * split_len`` rows."""
+    def dataset(
+        self,
+        config: RunConfig,
+        split_len: int,
+        world_size: int = 1,
+        rank: int = 0,
+        version: int | None = None,
+    ) -> DatasetLike:
+        """A fresh dataset of ``config`` (rank ``rank`` of ``world_size``) over ``S * split_len`` rows,
+        of a table at version ``version`` when one is given."""
         params: dict[str, object] = {
             "num_splits": config.num_splits,
             "shuffle": True,
@@ -193,13 +207,30 @@ class _VectorContext:
                 pad_id=config.packing.pad_id,
                 blocks_per_epoch=config.packing.blocks_per_epoch,
             )
-        table = self.tables.table(TableKey(config.num_splits * max(1, split_len)))
+        key = TableKey(config.num_splits * max(1, split_len))
+        table = self.tables.table(key) if version is None else self.versioned_table(key, version)
         try:
             return self.implementation.dataset(table, **params)
         except Exception as error:
             raise AssertionError(
                 f"StreamingDataset(table, **{params!r}) raised {_describe(error)}; the spec accepts it"
             ) from error
+
+    def versioned_table(self, key: TableKey, version: int) -> object:
+        """The table of ``key`` at version ``version``: built, then restored to its first version until
+        it has that version (the rows stay those of ``key``)."""
+        if not 1 <= version <= _MAX_PINNED_VERSION:
+            raise _NotApplicable(f"no conformance table has version {version}")
+        if (key, version) not in self._versioned:
+            table = build_table(self.directory / f"v{version}", key)
+            first = table.version  # type: ignore[attr-defined]
+            if first > version:
+                raise _NotApplicable(f"the table of {key.rows} rows starts at version {first} > {version}")
+            while table.version < version:  # type: ignore[attr-defined]
+                table.checkout(first)  # type: ignore[attr-defined]
+                table.restore()  # type: ignore[attr-defined]
+            self._versioned[(key, version)] = table
+        return self._versioned[(key, version)]
 
     def params_table(self, columns: Mapping[str, str], rows: int) -> object:
         """A table with ``rows`` rows and one column per kind (int lists, string lists, floats 1.0)."""
@@ -237,13 +268,14 @@ def _loaded(saved: Saved) -> JsonObject:
     return {"state": enc_state(saved.state), **{k: provenance[k] for k in ("projected", "cursor", "table")}}
 
 
-def _pinned_version(checkpoint: object) -> bool:
-    """The checkpoint pins a table version some table could have (a fresh table of the conformance
-    run has other versions); a malformed version (negative, not an integer) is refused by any."""
+def _pinned_version(checkpoint: object) -> int | None:
+    """The table version the checkpoint pins, when it is one a table could have (a malformed version,
+    negative or not an integer, is refused by any implementation on any table)."""
     extra = checkpoint.get(EXTRA_KEY) if isinstance(checkpoint, Mapping) else None
     table = extra.get("table") if isinstance(extra, Mapping) else None
     version = table.get("version") if isinstance(table, Mapping) else None
-    return isinstance(version, int) and not isinstance(version, bool) and version >= 0
+    valid = isinstance(version, int) and not isinstance(version, bool) and version >= 0
+    return version if valid else None
 
 
 def _vector_merge(ctx: _VectorContext, case: VectorCase) -> str | None:
@@ -276,10 +308,8 @@ def _vector_load(ctx: _VectorContext, case: VectorCase) -> str | None:
     if world_size < 1 or not 0 <= rank < world_size or config.num_splits % world_size:
         raise _NotApplicable("no dataset has this topology (the params vectors check its refusal)")
     checkpoint = decode_value(given["checkpoint"])
-    if _pinned_version(checkpoint):
-        raise _NotApplicable("pins a table version the conformance table does not have")
     expected = case["output"]
-    dataset = ctx.dataset(config, split_len, world_size, rank)
+    dataset = ctx.dataset(config, split_len, world_size, rank, _pinned_version(checkpoint))
     try:
         dataset.load_state_dict(cast(Mapping[str, object], checkpoint))
     except Exception as error:
@@ -323,11 +353,9 @@ def _vector_snapshot(ctx: _VectorContext, case: VectorCase) -> str | None:
     if config.perm_fingerprint is not None:
         raise _NotApplicable("needs a split_strategy dataset (perm_fingerprint)")
     payload = cast(Mapping[str, object], decode_value(expected["checkpoint"]))
-    if _pinned_version(payload):
-        raise _NotApplicable("pins a table version the conformance table does not have")
     world_size, rank = _loading_rank(config.num_splits, as_list(given["reported"]))
     split_len = _snapshot_split_len(config, as_object(given["state"]), given["table"])
-    dataset = ctx.dataset(config, split_len, world_size, rank)
+    dataset = ctx.dataset(config, split_len, world_size, rank, _pinned_version(payload))
     try:
         dataset.load_state_dict(dict(payload))
     except Exception as error:

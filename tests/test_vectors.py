@@ -5,8 +5,12 @@
 * ``spec/vectors/`` equals a fresh generation, byte for byte.
 * Every error code the model can raise from load, merge and constructor
   validation appears in some vector; the codes are read from the model's
-  source, not listed by hand.
+  source, not listed by hand. Every code of the delivery arithmetic and of
+  saved checkpoints (``spec/ERRORS.md``) appears in some vector too.
 * A mutated vector is detected, by ``check`` and by replaying the model.
+* The black-box families replay against our pipeline with no failure; an
+  implementation without the ``elastic_loader`` key (``lancedb.streaming``) is
+  judged on the reference's keys, and a wrong value there still fails.
 """
 
 from __future__ import annotations
@@ -180,8 +184,29 @@ def test_unknown_tags_are_rejected() -> None:
 # ---------------------------------------------------------------- error codes, read from the model source
 
 ERROR_CLASSES = {"SpecValueError", "SpecTypeError", "SpecRuntimeError"}
-ENTRY_POINTS = ("load_row", "load_packed", "merge_state_dicts", "validate_params")
+ENTRY_POINTS = ("load_for_rank", "merge_state_dicts", "validate_params")
 FAMILIES_OF_ENTRY_POINTS = ("load", "merge", "params")
+MODEL_OF_FAMILY = {
+    "load": ("load_for_rank",),
+    "merge": ("merge_state_dicts",),
+    "params": ("validate_params",),
+    "checkpoint_snapshot": ("snapshot_saved", "Saved", "Cursor", "TablePin"),
+    "loader": ("run_loader",),
+    "schedule": (
+        "canonical_capacity",
+        "canonical_counts",
+        "round_robin_turns",
+        "next_worker",
+        "simulate_pass",
+        "Pass",
+    ),
+    "rank_checkpoint": ("rank_checkpoint", "Pass"),
+    "resolve": ("resolve",),
+    "table_pin": ("pinned_permutation",),
+    "protocols": ("next_starts", "run_session", "Shape"),
+}
+"""The model functions (a class: its ``__post_init__``) each family's errors come from."""
+SAVE_PROTOCOL_SECTIONS = ("Delivery arithmetic", "Saved checkpoints")
 
 
 class _Function:
@@ -359,13 +384,18 @@ def _model_error_codes(entry_point: str) -> set[str]:
 
 
 def _vector_codes(family: str) -> set[str]:
+    """The error codes of a family's outputs (``protocols`` also names the code of a refused step)."""
     codes: set[str] = set()
     for case in vectors.load_vectors(family, VECTOR_DIR):
-        error = case["output"].get("error")
-        if isinstance(error, dict):
-            code = error["code"]
-            assert isinstance(code, str)
-            codes.add(code)
+        refused = case["output"].get("refused")
+        for error in (
+            case["output"].get("error"),
+            refused.get("error") if isinstance(refused, dict) else None,
+        ):
+            if isinstance(error, dict):
+                code = error["code"]
+                assert isinstance(code, str)
+                codes.add(code)
     return codes
 
 
@@ -385,16 +415,25 @@ def test_every_error_code_of_load_merge_and_params_has_a_vector() -> None:
     assert not missing, f"error codes without a vector: {missing}"
 
 
-@pytest.mark.parametrize(
-    ("family", "entry_points"),
-    [
-        ("load", ("load_row", "load_packed")),
-        ("merge", ("merge_state_dicts",)),
-        ("params", ("validate_params",)),
-    ],
-)
+def _documented_codes(*sections: str) -> set[str]:
+    """The codes listed in these sections of ``spec/ERRORS.md``."""
+    parts = re.split(r"^## (.+)$", (ROOT / "spec" / "ERRORS.md").read_text(), flags=re.MULTILINE)
+    text = "".join(body for title, body in zip(parts[1::2], parts[2::2]) if title.strip() in sections)
+    return set(re.findall(r"^\|\s*`([a-z0-9_]+)`\s*\|", text, flags=re.MULTILINE))
+
+
+def test_every_save_protocol_error_code_has_a_vector() -> None:
+    documented = _documented_codes(*SAVE_PROTOCOL_SECTIONS)
+    assert len(documented) >= 20, "spec/ERRORS.md sections not found"
+    covered = set().union(*(_vector_codes(f) for f in FAMILIES))
+    missing = sorted(documented - covered)
+    assert not missing, f"error codes without a vector: {missing}"
+
+
+@pytest.mark.parametrize(("family", "entry_points"), sorted(MODEL_OF_FAMILY.items()))
 def test_vector_error_codes_are_ones_the_model_can_raise(family: str, entry_points: tuple[str, ...]) -> None:
-    """The other direction: the extractor misses no code a vector shows (it is not too narrow)."""
+    """The other direction: the extractor misses no code a vector shows (it is not too narrow), and
+    no family shows a code its model functions cannot raise."""
     derived = set().union(*(_model_error_codes(e) for e in entry_points))
     assert _vector_codes(family) <= derived
 
@@ -416,3 +455,39 @@ def test_every_family_and_field_is_documented() -> None:
             fields |= set(case["input"]) | set(case["output"])
         undocumented = sorted(f for f in fields if f"`{f}`" not in text)
         assert not undocumented, f"spec/VECTORS.md section {family} does not describe {undocumented}"
+
+
+# ---------------------------------------------------------------- black-box replay
+
+
+def test_the_pipeline_passes_every_black_box_family(tmp_path: Path) -> None:
+    from elastic_loader.testing.conformance import resolve_implementation
+    from elastic_loader.testing.conformance.black_box import run_vectors
+
+    results, _ = run_vectors(resolve_implementation("elastic_loader"), tmp_path, VECTOR_DIR, None)
+    ran = {r.family for r in results if r.status != "not-applicable"}
+    assert ran == {"merge", "load", "checkpoint_snapshot", "params"}
+    failures = {r.family: [f"{f.case}: {f.detail}" for f in r.failures] for r in results if r.failures}
+    assert not failures
+    assert all(r.status == "pass" and r.passed > 0 for r in results if r.family in ran)
+
+
+def test_a_checkpoint_without_the_extra_key_is_judged_on_the_reference_keys(tmp_path: Path) -> None:
+    from elastic_loader.testing.conformance import resolve_implementation
+    from elastic_loader.testing.conformance.black_box import _RUNNERS, _VectorContext
+
+    reference = _VectorContext(resolve_implementation("lancedb.streaming"), tmp_path / "reference")
+    ours = _VectorContext(resolve_implementation("elastic_loader"), tmp_path / "ours")
+    assert not reference.writes_provenance and ours.writes_provenance
+    cases = vectors.load_vectors("merge", VECTOR_DIR)
+    case = next(c for c in cases if c["name"] == "row_2_ranks_after_3_steps")
+    assert "elastic_loader" in case["output"]["checkpoint"]
+    assert _RUNNERS["merge"](reference, case) is None
+    assert _RUNNERS["merge"](ours, case) is None
+    wrong = json.loads(json.dumps(case))
+    wrong["output"]["checkpoint"]["samples_consumed_per_split"][0] += 1
+    assert _RUNNERS["merge"](reference, wrong) is not None
+    without_key = json.loads(json.dumps(case))
+    del without_key["output"]["checkpoint"]["elastic_loader"]
+    without_key["output"]["keys"].remove("elastic_loader")
+    assert _RUNNERS["merge"](ours, without_key) is not None

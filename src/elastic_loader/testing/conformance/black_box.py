@@ -1,16 +1,24 @@
 """Black-box vector replay: the vector families a ``lancedb.streaming``-API implementation can answer.
 
-``merge`` (``merge_state_dicts``), ``load`` (``load_state_dict`` then
-``state_dict``), ``checkpoint_snapshot`` (``state_dict`` of a dataset put in the
-vector's state by loading the spec's checkpoint) and ``params`` (constructor
-validation on a table with the vector's columns and row count) are asked of the
-implementation; :data:`VECTOR_FAMILIES` says for every other family why it is
-not applicable and which invariant covers it on real tables instead.
+``merge`` (``merge_state_dicts``, provenance and digest included), ``load``
+(``load_state_dict`` on the vector's rank, then ``state_dict``: plain progress,
+projections, cursor and table pin), ``checkpoint_snapshot`` (the expected
+checkpoint loaded on the rank whose splits it reports, then ``state_dict``) and
+``params`` (constructor validation on a table with the vector's columns and row
+count) are asked of the implementation; :data:`VECTOR_FAMILIES` says for every
+other family why it is not applicable and which invariant covers it on real
+tables instead (``spec/VECTORS.md``, "Black-box replay and model-only families").
 
 Rules of this module: an expected error matches when the implementation raises
 that builtin class (or a subclass); the spec's error *code* is not observable
 from outside and is not compared. A case the public API cannot express is
-*not applicable* (:class:`_NotApplicable`), never a failure.
+*not applicable* (:class:`_NotApplicable`), never a failure. The ``elastic_loader``
+key is compared only for an implementation whose checkpoints carry it (a fresh
+dataset's ``state_dict()`` has it); for one that writes the reference's keys
+alone (``lancedb.streaming``), checkpoints are compared on those keys and a
+``state_dict()`` after a load on its plain progress. A checkpoint that pins a
+table version is replayed on a conformance table restored until it has that
+version.
 """
 
 from __future__ import annotations
@@ -27,19 +35,12 @@ from typing import cast
 import lancedb
 import pyarrow as pa
 
-from ...spec import (
-    PackedState,
-    RowState,
-    RunConfig,
-    SpecError,
-    load_packed,
-    load_row,
-    snapshot_packed,
-    snapshot_row,
-)
+from ...spec import RunConfig, SpecError, load_saved
 from ...spec.params import CALLABLE, Params
+from ...spec.saved import EXTRA_KEY, Saved
+from ...spec.topology import rank_splits
 from ..adapters import DatasetLike, Implementation
-from ..tables import TOKEN_COLUMN, TableCache, TableKey
+from ..tables import TOKEN_COLUMN, TableCache, TableKey, build_table
 from ..vectors import FAMILIES, VectorCase, default_directory, load_vectors
 from ..vectors.codec import (
     Json,
@@ -49,15 +50,17 @@ from ..vectors.codec import (
     as_object,
     as_str,
     dec_config,
-    dec_packed_state,
-    dec_row_state,
     decode_value,
     enc_checkpoint,
+    enc_provenance,
     enc_state,
     encode_int,
 )
 from .progress import ProgressCallback, ProgressEvent
 from .report import VectorCaseResult, VectorResult, VectorStatus, first_line
+
+_MAX_PINNED_VERSION = 64
+"""The largest table version a conformance table is restored up to (a pin beyond is not applicable)."""
 
 
 class _NotApplicable(Exception):
@@ -65,11 +68,12 @@ class _NotApplicable(Exception):
 
 
 _BLACK_BOX = {
-    "merge": "merge_state_dicts(checkpoints); error class compared, not the spec's code",
-    "load": "load_state_dict(checkpoint) on a fresh dataset of the config (world_size 1), then "
-    "state_dict(); error class compared",
-    "checkpoint_snapshot": "state_dict() of a dataset that loaded the spec's checkpoint of the state; "
-    "keys and key order compared",
+    "merge": "merge_state_dicts(checkpoints), provenance and digest included if the implementation writes "
+    "the elastic_loader key; error class compared, not the spec's code",
+    "load": "load_state_dict(checkpoint) on the vector's rank of a fresh dataset of the config, then "
+    "state_dict(): progress (and projections, cursor, table pin if it writes the key); error class compared",
+    "checkpoint_snapshot": "state_dict() of a dataset on the rank whose splits the expected checkpoint "
+    "reports, after loading it; keys, key order (and provenance and digest if it writes the key) compared",
     "params": "StreamingDataset(table, **params) on a table with the vector's columns and rows; error "
     "class, resolved num_splits, drawn seed and DeprecationWarning compared (io_queue_depth is not "
     "observable)",
@@ -83,6 +87,13 @@ VECTOR_FAMILIES: Mapping[str, str] = {
     "commit": "the consumer commit is internal; ConsumerCommitProp checks it end to end",
     "auto_budget": "takes arbitrary document lengths; AutoBudgetInv checks real tables",
     "loader": "takes arbitrary permutations; the machines run StreamingDataLoader on tables",
+    "schedule": "internal delivery arithmetic; LockstepInferenceInv checks its use on real runs",
+    "rank_checkpoint": "takes arbitrary sessions and passes; LockstepInferenceInv checks state_dict() of "
+    "real sessions",
+    "resolve": "internal replay of projections; ProtocolChainProp checks resumed runs",
+    "table_pin": "takes arbitrary table histories; TableVersionPinInv checks real table versions",
+    "protocols": "takes arbitrary permutations and faults; ProtocolChainProp and SameTopologyResumeProp "
+    "check chains on real tables",
 }
 """Every vector family and how it is run against an implementation (or why it cannot be)."""
 
@@ -146,19 +157,47 @@ class _VectorContext:
     tables: TableCache = field(init=False)
     _params_tables: dict[tuple[tuple[tuple[str, str], ...], int], object] = field(default_factory=dict)
 
+    _provenance: bool | None = field(default=None, init=False)
+    _versioned: dict[tuple[TableKey, int], object] = field(default_factory=dict, init=False)
+
     def __post_init__(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.tables = TableCache(self.directory)
 
-    def dataset(self, config: RunConfig, split_len: int) -> DatasetLike:
-        """A fresh world-size-1 dataset of ``config`` over ``num_splits * split_len`` rows."""
+    @property
+    def writes_provenance(self) -> bool:
+        """The implementation's checkpoints carry the ``elastic_loader`` key (a fresh dataset's does)."""
+        if self._provenance is None:
+            self._provenance = EXTRA_KEY in self.dataset(RunConfig(1, 0, 0), 1).state_dict()
+        return self._provenance
+
+    def comparable(self, expected: JsonObject) -> JsonObject:
+        """An expected checkpoint (``enc_checkpoint`` form) as this implementation is judged on it."""
+        if self.writes_provenance or "checkpoint" not in expected:
+            return expected
+        checkpoint = as_object(expected["checkpoint"])
+        return {
+            "checkpoint": {k: v for k, v in checkpoint.items() if k != EXTRA_KEY},
+            "keys": [k for k in as_list(expected["keys"]) if k != EXTRA_KEY],
+        }
+
+    def dataset(
+        self,
+        config: RunConfig,
+        split_len: int,
+        world_size: int = 1,
+        rank: int = 0,
+        version: int | None = None,
+    ) -> DatasetLike:
+        """A fresh dataset of ``config`` (rank ``rank`` of ``world_size``) over ``S * split_len`` rows,
+        of a table at version ``version`` when one is given."""
         params: dict[str, object] = {
             "num_splits": config.num_splits,
             "shuffle": True,
             "shuffle_seed": config.shuffle_seed,
             "epoch": config.epoch,
-            "rank": 0,
-            "world_size": 1,
+            "rank": rank,
+            "world_size": world_size,
         }
         if config.packing is not None:
             params.update(
@@ -168,13 +207,30 @@ class _VectorContext:
                 pad_id=config.packing.pad_id,
                 blocks_per_epoch=config.packing.blocks_per_epoch,
             )
-        table = self.tables.table(TableKey(config.num_splits * max(1, split_len)))
+        key = TableKey(config.num_splits * max(1, split_len))
+        table = self.tables.table(key) if version is None else self.versioned_table(key, version)
         try:
             return self.implementation.dataset(table, **params)
         except Exception as error:
             raise AssertionError(
                 f"StreamingDataset(table, **{params!r}) raised {_describe(error)}; the spec accepts it"
             ) from error
+
+    def versioned_table(self, key: TableKey, version: int) -> object:
+        """The table of ``key`` at version ``version``: built, then restored to its first version until
+        it has that version (the rows stay those of ``key``)."""
+        if not 1 <= version <= _MAX_PINNED_VERSION:
+            raise _NotApplicable(f"no conformance table has version {version}")
+        if (key, version) not in self._versioned:
+            table = build_table(self.directory / f"v{version}", key)
+            first = table.version  # type: ignore[attr-defined]
+            if first > version:
+                raise _NotApplicable(f"the table of {key.rows} rows starts at version {first} > {version}")
+            while table.version < version:  # type: ignore[attr-defined]
+                table.checkout(first)  # type: ignore[attr-defined]
+                table.restore()  # type: ignore[attr-defined]
+            self._versioned[(key, version)] = table
+        return self._versioned[(key, version)]
 
     def params_table(self, columns: Mapping[str, str], rows: int) -> object:
         """A table with ``rows`` rows and one column per kind (int lists, string lists, floats 1.0)."""
@@ -194,19 +250,32 @@ class _VectorContext:
         return self._params_tables[key]
 
 
-def _progress_of(dataset: DatasetLike, config: RunConfig, split_len: int) -> Json:
+def _read_back(dataset: DatasetLike, config: RunConfig, split_len: int) -> Saved:
+    """The dataset's ``state_dict()`` as the spec reads it."""
     state = dataset.state_dict()
-    parsed: RowState | PackedState
     try:
-        if config.packing is None:
-            parsed = load_row(config, state, split_len)
-        else:
-            parsed = load_packed(config, state, split_len)
+        return load_saved(config, state, split_len)
     except SpecError as error:
         raise AssertionError(
             f"state_dict() gave {_compact(state)}, which the spec cannot read: {error}"
         ) from error
-    return enc_state(parsed)
+
+
+def _loaded(saved: Saved) -> JsonObject:
+    """What a ``state_dict()`` right after a load must say: the plain progress, the projections,
+    the cursor and the table pin (it reports the loading rank's own splits, whatever was loaded)."""
+    provenance = enc_provenance(saved)
+    return {"state": enc_state(saved.state), **{k: provenance[k] for k in ("projected", "cursor", "table")}}
+
+
+def _pinned_version(checkpoint: object) -> int | None:
+    """The table version the checkpoint pins, when it is one a table could have (a malformed version,
+    negative or not an integer, is refused by any implementation on any table)."""
+    extra = checkpoint.get(EXTRA_KEY) if isinstance(checkpoint, Mapping) else None
+    table = extra.get("table") if isinstance(extra, Mapping) else None
+    version = table.get("version") if isinstance(table, Mapping) else None
+    valid = isinstance(version, int) and not isinstance(version, bool) and version >= 0
+    return version if valid else None
 
 
 def _vector_merge(ctx: _VectorContext, case: VectorCase) -> str | None:
@@ -226,24 +295,53 @@ def _vector_merge(ctx: _VectorContext, case: VectorCase) -> str | None:
         got = enc_checkpoint(merged)
     except TypeError as error:
         return f"merge_state_dicts returned {_compact(merged)}: {error}"
-    return _diff(cast(Json, got), cast(Json, expected), "merged checkpoint")
+    return _diff(cast(Json, got), cast(Json, ctx.comparable(expected)), "merged checkpoint")
 
 
 def _vector_load(ctx: _VectorContext, case: VectorCase) -> str | None:
     given = case["input"]
     config = dec_config(given["config"])
     split_len = as_int(given["split_len"])
+    world_size, rank = as_int(given["world_size"]), as_int(given["rank"])
     if config.perm_fingerprint is not None:
         raise _NotApplicable("needs a split_strategy dataset (perm_fingerprint)")
+    if world_size < 1 or not 0 <= rank < world_size or config.num_splits % world_size:
+        raise _NotApplicable("no dataset has this topology (the params vectors check its refusal)")
+    checkpoint = decode_value(given["checkpoint"])
     expected = case["output"]
-    dataset = ctx.dataset(config, split_len)
+    dataset = ctx.dataset(config, split_len, world_size, rank, _pinned_version(checkpoint))
     try:
-        dataset.load_state_dict(cast(Mapping[str, object], decode_value(given["checkpoint"])))
+        dataset.load_state_dict(cast(Mapping[str, object], checkpoint))
     except Exception as error:
         return _judge_error(error, expected, "load_state_dict")
     if (problem := _judge_success(expected, "load_state_dict accepted it")) is not None:
         return problem
-    return _diff(_progress_of(dataset, config, split_len), expected["state"], "progress after the load")
+    fields = ("state", "projected", "cursor", "table") if ctx.writes_provenance else ("state",)
+    got = _loaded(_read_back(dataset, config, split_len))
+    return _diff({k: got[k] for k in fields}, {k: expected[k] for k in fields}, "state_dict() after the load")
+
+
+def _loading_rank(num_splits: int, reported: list[Json]) -> tuple[int, int]:
+    """The ``(world_size, rank)`` whose rank block is exactly ``reported``."""
+    if not reported or num_splits % len(reported):
+        raise _NotApplicable(f"no rank owns exactly the splits {reported}")
+    world_size = num_splits // len(reported)
+    for rank in range(world_size):
+        if list(rank_splits(num_splits, world_size, rank)) == reported:
+            return world_size, rank
+    raise _NotApplicable(f"no rank owns exactly the splits {reported}")
+
+
+def _snapshot_split_len(config: RunConfig, state: JsonObject, table: Json) -> int:
+    """A split length the expected checkpoint loads with: the pinned row count's, else the progress."""
+    progress = as_list(state["positions"] if config.packing is None else state["consumed"])
+    needed = max([1, *(as_int(v) for v in progress)])
+    if table is None:
+        return needed
+    rows = as_int(as_object(table)["rows"])
+    if rows % config.num_splits or rows // config.num_splits < needed:
+        raise _NotApplicable(f"no table of {rows} rows holds this progress in {config.num_splits} splits")
+    return rows // config.num_splits
 
 
 def _vector_snapshot(ctx: _VectorContext, case: VectorCase) -> str | None:
@@ -251,24 +349,21 @@ def _vector_snapshot(ctx: _VectorContext, case: VectorCase) -> str | None:
     config = dec_config(given["config"])
     expected = case["output"]
     if _expected_error(expected) is not None:
-        raise _NotApplicable("a snapshot of the other mode cannot be requested through the public API")
+        raise _NotApplicable("the spec refuses to write it; no dataset holds such a state")
     if config.perm_fingerprint is not None:
         raise _NotApplicable("needs a split_strategy dataset (perm_fingerprint)")
-    if config.packing is None:
-        row = dec_row_state(given["state"])
-        payload, progress = snapshot_row(config, row), row.positions
-    else:
-        packed = dec_packed_state(given["state"])
-        payload, progress = snapshot_packed(config, packed), packed.consumed
-    dataset = ctx.dataset(config, max(1, *progress))
+    payload = cast(Mapping[str, object], decode_value(expected["checkpoint"]))
+    world_size, rank = _loading_rank(config.num_splits, as_list(given["reported"]))
+    split_len = _snapshot_split_len(config, as_object(given["state"]), given["table"])
+    dataset = ctx.dataset(config, split_len, world_size, rank, _pinned_version(payload))
     try:
-        dataset.load_state_dict(payload)
+        dataset.load_state_dict(dict(payload))
     except Exception as error:
         return f"load_state_dict({_compact(payload, 200)}) raised {_describe(error)}"
     state = dataset.state_dict()
     if not isinstance(state, Mapping):
         return f"state_dict() returned {state!r}"
-    return _diff(cast(Json, enc_checkpoint(state)), cast(Json, expected), "state_dict()")
+    return _diff(cast(Json, enc_checkpoint(state)), cast(Json, ctx.comparable(expected)), "state_dict()")
 
 
 _PARAM_DEFAULTS: Mapping[str, object] = {f.name: f.default for f in dataclasses.fields(Params)}
@@ -299,11 +394,17 @@ def _vector_params(ctx: _VectorContext, case: VectorCase) -> str | None:
     problems: list[str] = []
     if warned != expected["warnings"]:
         problems.append(f"warnings {warned}, the spec {expected['warnings']}")
+    state: Mapping[str, object] | None = None
     try:
         state = dataset.state_dict()
     except Exception as error:
-        return f"{call}.state_dict() raised {_describe(error)}"
-    problems += _resolved_problems(state, decoded, expected)
+        # A simulated worker whose rank's splits its workers cannot share owns no splits: its
+        # checkpoint is undefined (it may refuse to write one), so the resolved values are not
+        # observable through it.
+        if not (isinstance(error, ValueError) and _worker_without_block(decoded, expected)):
+            return f"{call}.state_dict() raised {_describe(error)}"
+    if state is not None:
+        problems += _resolved_problems(state, decoded, expected)
     return f"{call}: " + "; ".join(problems) if problems else None
 
 
@@ -349,6 +450,15 @@ def _resolved_problems(
     elif seed != decoded["shuffle_seed"]:
         problems.append(f"shuffle_seed {seed!r}, given {decoded['shuffle_seed']!r}")
     return problems
+
+
+def _worker_without_block(decoded: Mapping[str, object], expected: JsonObject) -> bool:
+    """``worker_info_override`` names more workers than can share the rank's resolved splits."""
+    override = decoded.get("worker_info_override")
+    workers, world_size = getattr(override, "num_workers", None), decoded.get("world_size")
+    if not isinstance(workers, int) or not isinstance(world_size, int) or world_size < 1 or workers < 2:
+        return False
+    return (as_int(expected["num_splits"]) // world_size) % workers != 0
 
 
 def _some_callable(*args: object, **kwargs: object) -> object:

@@ -8,8 +8,12 @@ Layout:
   vector (running the model and the invariants that apply to the result).
 * :mod:`.families` -- one module per family (``topology``, ``row_order``,
   ``packing``, ``checkpoint_snapshot``, ``load``, ``merge``, ``commit``,
-  ``params``, ``auto_budget``, ``loader``), each with its input, codec glue
-  and cases.
+  ``params``, ``auto_budget``, ``loader``, ``schedule``, ``rank_checkpoint``,
+  ``resolve``, ``table_pin``, ``protocols``), each with its input, codec glue
+  and cases (the rules they share are stated in :mod:`.families`); the
+  checkpoints they share come from :mod:`.families.fixtures` (hand-made) and
+  :mod:`.families.sessions` (sessions of the model), the names every family
+  imports from :mod:`.families.base`.
 * :mod:`.io` -- the files: generate, check, read (``python -m
   elastic_loader.testing.vectors generate|check``).
 

@@ -29,6 +29,7 @@ from ...spec.errors import SpecError
 from ...spec.packing import Block, PackBuffer, PackedState
 from ...spec.params import CALLABLE
 from ...spec.rows import End, Exhausted, Faults, Raised, RowState, Yielded
+from ...spec.saved import Cursor, Saved, TablePin
 from ...spec.topology import PackingConfig, Permutation, RunConfig
 
 Json: TypeAlias = "bool | int | float | str | list[Json] | dict[str, Json] | None"
@@ -359,3 +360,63 @@ def enc_checkpoint(checkpoint: Mapping[str, object]) -> JsonObject:
         raise TypeError(f"unexpected checkpoint value {value!r}")
 
     return {"checkpoint": plain(checkpoint), "keys": list(checkpoint)}
+
+
+def enc_item(item: Yielded | Block) -> Json:
+    """A delivered item: a row in row mode, a block in packed mode."""
+    return enc_row(item) if isinstance(item, Yielded) else enc_block(item)
+
+
+# ---------------------------------------------------------------- saved checkpoints
+
+
+def enc_cursor(cursor: Cursor | None) -> Json:
+    """Where each rank's round robin of workers stands (``null``: no cursor)."""
+    if cursor is None:
+        return None
+    return {
+        "world_size": cursor.world_size,
+        "num_workers": cursor.num_workers,
+        "next_roles": encode_ints(cursor.next_roles),
+    }
+
+
+def dec_cursor(value: Json) -> Cursor | None:
+    """Inverse of :func:`enc_cursor`."""
+    if value is None:
+        return None
+    obj = as_object(value)
+    return Cursor(as_int(obj["world_size"]), as_int(obj["num_workers"]), as_ints(obj["next_roles"]))
+
+
+def enc_table(pin: TablePin | None) -> Json:
+    """The table version a permutation was built from (``null`` inside: unversioned) and its rows."""
+    if pin is None:
+        return None
+    return {"version": None if pin.version is None else encode_int(pin.version), "rows": encode_int(pin.rows)}
+
+
+def dec_table(value: Json) -> TablePin | None:
+    """Inverse of :func:`enc_table`."""
+    if value is None:
+        return None
+    obj = as_object(value)
+    version = obj["version"]
+    return TablePin(None if version is None else as_int(version), as_int(obj["rows"]))
+
+
+def enc_provenance(saved: Saved) -> JsonObject:
+    """What a checkpoint says besides its plain progress: reported, unknown and projected splits,
+    the cursor and the table pin (``projected`` is keyed by the decimal split id, ascending)."""
+    return {
+        "reported": encode_ints(sorted(saved.reported)),
+        "unknown": encode_ints(sorted(saved.unknown)),
+        "projected": {str(s): encode_int(p.target) for s, p in sorted(saved.projections.items())},
+        "cursor": enc_cursor(saved.cursor),
+        "table": enc_table(saved.table),
+    }
+
+
+def enc_saved(saved: Saved) -> JsonObject:
+    """A checkpoint as the model reads it: the plain progress (``state``) and its provenance."""
+    return {"state": enc_state(saved.state), **enc_provenance(saved)}

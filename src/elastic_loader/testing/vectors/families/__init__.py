@@ -2,7 +2,23 @@
 
 Rules of this package: a family module defines ``FAMILY`` (its name, summary,
 cases and replay) and nothing that another family needs, except the shared
-checkpoints of :mod:`.fixtures`; adding a family means adding its module here.
+checkpoints of :mod:`.fixtures` and the sessions of :mod:`.sessions`; adding a
+family means adding its module here.
+
+Rules of every family module (its own docstring says only what is its own: the
+model it asks, where its cases come from, the invariants they are checked against):
+
+* The input is a frozen dataclass with a JSON codec (``_encode``/``_decode``)
+  and a model run (``_run``) that checks the invariants of the result and
+  returns the output, or :func:`~elastic_loader.testing.vectors.codec.error_json` of the
+  :class:`~elastic_loader.spec.errors.SpecError` the model raised
+  (:func:`~elastic_loader.testing.vectors.plumbing.attempt`).
+* :func:`cases` builds the cases, deterministically, in the order the vector
+  file lists them; the first line of its docstring is the family's summary in
+  that file.
+* The names every family uses (the case and codec types, ``attempt``,
+  ``error_json``, ``SpecError``, the invariants module) come from :mod:`.base`,
+  in one import.
 """
 
 from __future__ import annotations
@@ -17,7 +33,12 @@ from . import (
     merge,
     packing,
     params,
+    protocols,
+    rank_checkpoint,
+    resolve,
     row_order,
+    schedule,
+    table_pin,
     topology,
 )
 
@@ -34,6 +55,11 @@ FAMILIES: dict[str, Family] = {
         params,
         auto_budget,
         loader,
+        schedule,
+        rank_checkpoint,
+        resolve,
+        table_pin,
+        protocols,
     )
 }
 """Every vector family, in the order they are documented."""

@@ -4,11 +4,8 @@ The output also lists the sampled positions, recomputed here from the
 documented rule (:func:`sampled_positions`); every case is checked against
 ``AutoBudgetInv`` and the documented formula.
 
-Rules of this module (the same for every family module): the input is a frozen
-dataclass with a JSON codec (``_encode``/``_decode``) and a model run
-(``_run``) that checks the invariants of the result; :func:`cases` builds the
-cases, deterministically, in the order the vector file lists them, and the
-first line of its docstring is the family's summary in that file.
+Rules of this module: those of every family module, stated once in the package docstring
+(:mod:`elastic_loader.testing.vectors.families`).
 """
 
 from __future__ import annotations
@@ -18,11 +15,9 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ....spec import invariants as inv
-from ....spec.errors import SpecError
 from ....spec.packing import estimate_blocks_per_epoch
-from ..codec import JsonObject, as_int, as_list, encode_int, error_json
-from ..plumbing import CaseDef, Codec, attempt, family, make_case
+from ..codec import as_int, as_list, encode_int
+from .base import CaseDef, Codec, JsonObject, SpecError, attempt, error_json, family, inv, make_case
 
 
 @dataclass(frozen=True)

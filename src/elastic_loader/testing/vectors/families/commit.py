@@ -2,11 +2,8 @@
 
 Every case is checked never to move a split's progress backwards.
 
-Rules of this module (the same for every family module): the input is a frozen
-dataclass with a JSON codec (``_encode``/``_decode``) and a model run
-(``_run``) that checks the invariants of the result; :func:`cases` builds the
-cases, deterministically, in the order the vector file lists them, and the
-first line of its docstring is the family's summary in that file.
+Rules of this module: those of every family module, stated once in the package docstring
+(:mod:`elastic_loader.testing.vectors.families`).
 """
 
 from __future__ import annotations
@@ -15,12 +12,10 @@ import random
 from dataclasses import dataclass
 
 from ....spec.checkpoint import commit_packed, commit_row, snapshot_packed, snapshot_row
-from ....spec.errors import SpecError
 from ....spec.packing import PackedState, initial_packed_state, iterate_packed
 from ....spec.rows import RowState, initial_row_state, iterate_rows
 from ....spec.topology import PackingConfig, RunConfig
 from ..codec import (
-    JsonObject,
     corpus_map,
     dec_config,
     dec_config_state,
@@ -28,9 +23,9 @@ from ..codec import (
     enc_config,
     enc_state,
     encode_value,
-    error_json,
 )
-from ..plumbing import NO_FAULTS, CaseDef, Codec, attempt, family, make_case, random_corpus, random_perm
+from ..plumbing import NO_FAULTS, random_corpus, random_perm
+from .base import CaseDef, Codec, JsonObject, SpecError, attempt, error_json, family, make_case
 from .fixtures import changed
 
 

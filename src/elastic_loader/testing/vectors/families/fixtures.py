@@ -1,17 +1,21 @@
-"""The checkpoints the ``load``, ``merge`` and ``checkpoint_snapshot`` cases start from.
+"""The hand-made checkpoints the ``load``, ``merge`` and ``checkpoint_snapshot`` cases start from.
 
 Rules of this module: data and pure helpers only (no case is built here); a
 helper returns a new dict and never changes the checkpoint it is given. The
-malformed checkpoints of :func:`checkpoint_fault_cases` change one thing each,
-so every case names exactly one fault.
+malformed checkpoints of :func:`checkpoint_fault_cases` and
+:func:`provenance_fault_cases` change one thing each, so every case names
+exactly one fault. Every packed buffer here is one a packer leaves behind
+(whole documents, each followed by ``eos_id``), unless a case is about a buffer.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 
 from ....spec.packing import PackBuffer, PackedState
 from ....spec.rows import RowState
+from ....spec.saved import EXTRA_KEY, FORMAT, digest
 from ....spec.topology import PackingConfig, RunConfig, perm_fingerprint
 from ..plumbing import CaseDef
 
@@ -23,7 +27,7 @@ ROW_STATE = RowState((2, 2, 1, 1), (3, 2, 1, 2))
 STRATEGY_CONFIG = RunConfig(4, 42, 1, FINGERPRINT)
 PACKED_CONFIG = RunConfig(4, 7, 0, None, PACKING4)
 PACKED_STATE = PackedState(
-    (3, 2, 2, 4), (1, 1, 1, 1), {0: PackBuffer((10, 1), (1,)), 3: PackBuffer((1,), ())}
+    (3, 2, 2, 4), (1, 1, 1, 1), {0: PackBuffer((1, 10, 1), (1,)), 3: PackBuffer((1,), ())}
 )
 
 
@@ -48,9 +52,34 @@ def with_buffers(checkpoint: Mapping[str, object], buffers: object) -> dict[str,
     return changed(checkpoint, pack_buffers=buffers)
 
 
+def json_form(checkpoint: Mapping[str, object]) -> dict[str, object]:
+    """``checkpoint`` after a JSON round trip (integer keys become decimal strings)."""
+    out = json.loads(json.dumps(checkpoint))
+    assert isinstance(out, dict)
+    return out
+
+
+def with_extra(checkpoint: Mapping[str, object], sign: bool = False, **entries: object) -> dict[str, object]:
+    """A copy of ``checkpoint`` whose ``elastic_loader`` entry has ``entries`` set (a fresh one
+    holding the format when it had none) and no digest; ``sign``: a digest of the new content."""
+    extra = checkpoint.get(EXTRA_KEY, {"format": FORMAT})
+    assert isinstance(extra, Mapping)
+    new = {k: v for k, v in extra.items() if k != "digest"}
+    new.update(entries)
+    out = changed(checkpoint, **{EXTRA_KEY: new})
+    if sign:
+        new["digest"] = digest(out)
+    return out
+
+
 def checkpoint_fault_cases(wrap: Wrap, row: dict[str, object], packed: dict[str, object]) -> list[CaseDef]:
     """Malformed-checkpoint cases shared by load and merge (one fault each)."""
-    return [*_row_faults(wrap, row), *_packed_faults(wrap, packed), *_buffer_faults(wrap, packed)]
+    return [
+        *_row_faults(wrap, row),
+        *_packed_faults(wrap, packed),
+        *_buffer_faults(wrap, packed),
+        *_reachability_faults(wrap, packed),
+    ]
 
 
 def _row_faults(wrap: Wrap, row: dict[str, object]) -> list[CaseDef]:
@@ -121,7 +150,7 @@ def _row_faults(wrap: Wrap, row: dict[str, object]) -> list[CaseDef]:
 
 def _packed_faults(wrap: Wrap, packed: dict[str, object]) -> list[CaseDef]:
     """Malformed packed progress and malformed ``pack_buffers`` values."""
-    b0 = {"tokens": [10, 1], "starts": [1]}
+    b0 = {"tokens": [1, 10, 1], "starts": [1]}
     return [
         wrap(
             "error_packed_missing_emitted",
@@ -169,7 +198,7 @@ def _packed_faults(wrap: Wrap, packed: dict[str, object]) -> list[CaseDef]:
 
 def _buffer_faults(wrap: Wrap, packed: dict[str, object]) -> list[CaseDef]:
     """``pack_buffers`` keys that are not split ids, and document starts that do not index the buffer."""
-    b0 = {"tokens": [10, 1], "starts": [1]}
+    b0 = {"tokens": [1, 10, 1], "starts": [1]}
     return [
         wrap("error_buffer_key_beyond_splits", "buffer keys are split ids", with_buffers(packed, {"4": b0})),
         wrap("error_buffer_key_negative", "buffer keys are split ids", with_buffers(packed, {"-1": b0})),
@@ -208,4 +237,177 @@ def _buffer_faults(wrap: Wrap, packed: dict[str, object]) -> list[CaseDef]:
             "an empty buffer has no starts",
             with_buffers(packed, {"0": {"tokens": [], "starts": [0]}}),
         ),
+    ]
+
+
+def _reachability_faults(wrap: Wrap, packed: dict[str, object]) -> list[CaseDef]:
+    """Well-formed buffers that no packer leaves behind (D26)."""
+    b0 = {"tokens": [1, 10, 1], "starts": [1]}
+    b3 = {"tokens": [1], "starts": []}
+    return [
+        wrap(
+            "error_buffer_of_a_split_that_consumed_nothing",
+            "split 0 buffers tokens but consumed no document",
+            changed(packed, samples_consumed_per_split=[0, 2, 2, 4]),
+        ),
+        wrap(
+            "error_buffer_of_more_documents_than_consumed",
+            "split 1 consumed 2 documents but buffers 3",
+            with_buffers(
+                packed, {"0": b0, "1": {"tokens": [5, 1, 6, 1, 7, 1], "starts": [0, 2, 4]}, "3": b3}
+            ),
+        ),
+        wrap(
+            "error_buffer_without_final_eos",
+            "a buffer ends with the eos_id of its last document",
+            with_buffers(packed, {"0": {"tokens": [1, 10], "starts": [1]}, "3": b3}),
+        ),
+        wrap(
+            "error_buffer_document_not_after_eos",
+            "every document in a buffer follows the eos_id of the one before",
+            with_buffers(packed, {"0": {"tokens": [10, 10, 1], "starts": [1]}, "3": b3}),
+        ),
+    ]
+
+
+def provenance_fault_cases(wrap: Wrap, row: dict[str, object], packed: dict[str, object]) -> list[CaseDef]:
+    """The ``elastic_loader`` entry: the format and digest, then each of its fields malformed."""
+    return [
+        *_format_faults(wrap, row),
+        *_split_list_faults(wrap, row),
+        *_projection_faults(wrap, row, packed),
+        *_cursor_faults(wrap, row),
+        *_table_faults(wrap, row),
+    ]
+
+
+def _format_faults(wrap: Wrap, row: dict[str, object]) -> list[CaseDef]:
+    """The entry itself, its format, its digest."""
+    return [
+        wrap("provenance_without_digest", "the entry may hold the format alone", with_extra(row)),
+        wrap("error_provenance_not_a_dict", "the entry is a dict", changed(row, **{EXTRA_KEY: [FORMAT]})),
+        wrap("error_format_missing", "the entry names its format", changed(row, **{EXTRA_KEY: {}})),
+        wrap("error_format_unknown", "format 2 is not known", with_extra(row, sign=True, format=2)),
+        wrap(
+            "error_digest_mismatch",
+            "a digest that is not the content's",
+            with_extra(row, digest="0" * 64),
+        ),
+    ]
+
+
+def _split_list_faults(wrap: Wrap, row: dict[str, object]) -> list[CaseDef]:
+    """``reported`` and ``unknown``: lists of distinct split ids, never both for one split."""
+    return [
+        wrap("error_reported_not_a_list", "reported is a list", with_extra(row, reported=3)),
+        wrap("error_reported_holds_a_string", "split ids are ints", with_extra(row, reported=["0"])),
+        wrap("error_reported_beyond_splits", "split ids are below num_splits", with_extra(row, reported=[4])),
+        wrap("error_reported_repeated", "a split is reported once", with_extra(row, reported=[0, 0])),
+        wrap(
+            "error_reported_repeated_signed",
+            "a digest does not make a malformed entry acceptable",
+            with_extra(row, sign=True, reported=[1, 1]),
+        ),
+        wrap("error_unknown_negative", "split ids are not negative", with_extra(row, unknown=[-1])),
+        wrap(
+            "error_unknown_and_reported",
+            "a split its owner reported is never unknown",
+            with_extra(row, reported=[0, 1], unknown=[1, 2]),
+        ),
+    ]
+
+
+def _projection_faults(wrap: Wrap, row: dict[str, object], packed: dict[str, object]) -> list[CaseDef]:
+    """``projected``: packed split id -> a block count beyond its base and within the budget."""
+    return [
+        wrap("error_projected_not_a_dict", "projected is a dict", with_extra(packed, projected=[2])),
+        wrap(
+            "error_projected_key_beyond_splits", "keys are split ids", with_extra(packed, projected={"4": 2})
+        ),
+        wrap(
+            "error_projected_key_twice",
+            "1 and '1' name the same split",
+            with_extra(packed, projected={1: 2, "1": 2}),
+        ),
+        wrap("error_projected_target_string", "targets are ints", with_extra(packed, projected={"1": "2"})),
+        wrap(
+            "error_projected_not_beyond_base",
+            "split 1 emitted 1 block; a projection to 1 is no projection",
+            with_extra(packed, projected={"1": 1}),
+        ),
+        wrap(
+            "error_projected_beyond_budget",
+            "a projection to 3 blocks where every split emits 2",
+            with_extra(packed, projected={"1": 3}),
+        ),
+        wrap(
+            "error_projected_row_split",
+            "inferred rows are exact or unknown, never projected",
+            with_extra(row, projected={"0": 0}),
+        ),
+    ]
+
+
+def _cursor_faults(wrap: Wrap, row: dict[str, object]) -> list[CaseDef]:
+    """``cursor``: a loader shape of at least 2 workers that divides the splits, one role per rank."""
+    return [
+        wrap(
+            "cursor_of_two_ranks",
+            "a cursor of 2 ranks of 2 workers",
+            with_extra(row, cursor={"world_size": 2, "num_workers": 2, "next_roles": [1, 0]}),
+        ),
+        wrap("error_cursor_not_a_dict", "a cursor is a dict", with_extra(row, cursor=[1, 2, [0]])),
+        wrap(
+            "error_cursor_without_next_roles",
+            "a cursor names the next roles",
+            with_extra(row, cursor={"world_size": 1, "num_workers": 2}),
+        ),
+        wrap(
+            "error_cursor_next_roles_not_a_list",
+            "next_roles is a list",
+            with_extra(row, cursor={"world_size": 1, "num_workers": 2, "next_roles": 0}),
+        ),
+        wrap(
+            "error_cursor_of_one_worker",
+            "a cursor is recorded for 2 workers or more",
+            with_extra(row, cursor={"world_size": 1, "num_workers": 1, "next_roles": [0]}),
+        ),
+        wrap(
+            "error_cursor_role_beyond_workers",
+            "a next role is below num_workers",
+            with_extra(row, cursor={"world_size": 1, "num_workers": 2, "next_roles": [2]}),
+        ),
+        wrap(
+            "error_cursor_role_per_rank",
+            "one next role per rank",
+            with_extra(row, cursor={"world_size": 2, "num_workers": 2, "next_roles": [0]}),
+        ),
+        wrap(
+            "error_cursor_workers_do_not_divide_splits",
+            "3 workers cannot share the 4 splits of a rank",
+            with_extra(row, cursor={"world_size": 1, "num_workers": 3, "next_roles": [0]}),
+        ),
+    ]
+
+
+def _table_faults(wrap: Wrap, row: dict[str, object]) -> list[CaseDef]:
+    """``table``: a version (null: an unversioned table) that is not negative, and at least one row."""
+    return [
+        wrap(
+            "table_unversioned",
+            "a table without versions",
+            with_extra(row, table={"version": None, "rows": 20}),
+        ),
+        wrap("error_table_not_a_dict", "a table pin is a dict", with_extra(row, table=20)),
+        wrap(
+            "error_table_without_rows",
+            "a table pin counts its rows",
+            with_extra(row, table={"version": None}),
+        ),
+        wrap(
+            "error_table_negative_version",
+            "versions are not negative",
+            with_extra(row, table={"version": -1, "rows": 20}),
+        ),
+        wrap("error_table_no_rows", "a table has a row", with_extra(row, table={"version": None, "rows": 0})),
     ]

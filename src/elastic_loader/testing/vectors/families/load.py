@@ -1,14 +1,15 @@
-"""The ``load`` family: checkpoint validation on load, the parsed progress or the error.
+"""The ``load`` family: ``load_state_dict`` on one rank, the checkpoint as read, or the error.
 
-The checkpoints come from :mod:`.fixtures`; each error case changes one thing
-(the malformed variants are shared with ``merge``). Every accepted checkpoint
-is checked against ``CheckpointRoundTripInv``.
+The model is :func:`~elastic_loader.spec.saved.load_for_rank`: the reference's checks of
+``checkpoint.py``, the structure and digest of the ``elastic_loader`` key, reachable packed
+buffers, and the loading rank's splits must be known. The checkpoints come from :mod:`.fixtures`
+(hand-made; each error case changes one thing, the malformed variants are shared with ``merge``)
+and from sessions of the model (:mod:`.sessions`). Every accepted checkpoint is checked against
+``CheckpointRoundTripInv`` and ``ReachableLoadInv``, and every checkpoint a session wrote against
+``PartialStateRefusedInv``.
 
-Rules of this module (the same for every family module): the input is a frozen
-dataclass with a JSON codec (``_encode``/``_decode``) and a model run
-(``_run``) that checks the invariants of the result; :func:`cases` builds the
-cases, deterministically, in the order the vector file lists them, and the
-first line of its docstring is the family's summary in that file.
+Rules of this module: those of every family module, stated once in the package docstring
+(:mod:`elastic_loader.testing.vectors.families`).
 """
 
 from __future__ import annotations
@@ -16,23 +17,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from ....spec import invariants as inv
-from ....spec.checkpoint import load_packed, load_row, snapshot_packed, snapshot_row
-from ....spec.errors import SpecError
-from ....spec.packing import PackedState, initial_packed_state
+from ....spec.checkpoint import snapshot_packed, snapshot_row
+from ....spec.packing import initial_packed_state
+from ....spec.protocols import Shape
 from ....spec.rows import RowState, initial_row_state
+from ....spec.saved import Saved, load_for_rank, snapshot_saved
 from ....spec.topology import RunConfig
-from ..codec import (
-    JsonObject,
-    as_int,
-    dec_config,
-    decode_value,
-    enc_config,
-    enc_state,
-    encode_value,
-    error_json,
-)
-from ..plumbing import CaseDef, Codec, attempt, family, make_case
+from ..codec import as_int, dec_config, decode_value, enc_config, enc_saved, encode_value
+from .base import CaseDef, Codec, JsonObject, SpecError, attempt, error_json, family, inv, make_case
 from .fixtures import (
     PACKED_CONFIG,
     PACKED_STATE,
@@ -41,17 +33,23 @@ from .fixtures import (
     STRATEGY_CONFIG,
     changed,
     checkpoint_fault_cases,
+    json_form,
+    provenance_fault_cases,
     with_buffers,
+    with_extra,
     without,
 )
+from .sessions import PACKED_JOB, ROW_JOB, SKIP_JOB, Job, session
 
 
 @dataclass(frozen=True)
 class LoadInput:
-    """A dataset config, its split length, and the checkpoint to load (possibly malformed)."""
+    """A dataset config, its split length and topology, and the checkpoint to load."""
 
     config: RunConfig
     split_len: int
+    world_size: int
+    rank: int
     checkpoint: object
 
 
@@ -59,25 +57,29 @@ def _encode(x: LoadInput) -> JsonObject:
     return {
         "config": enc_config(x.config),
         "split_len": x.split_len,
+        "world_size": x.world_size,
+        "rank": x.rank,
         "checkpoint": encode_value(x.checkpoint),
     }
 
 
 def _decode(j: JsonObject) -> LoadInput:
-    return LoadInput(dec_config(j["config"]), as_int(j["split_len"]), decode_value(j["checkpoint"]))
+    return LoadInput(
+        dec_config(j["config"]),
+        as_int(j["split_len"]),
+        as_int(j["world_size"]),
+        as_int(j["rank"]),
+        decode_value(j["checkpoint"]),
+    )
 
 
 def _run(x: LoadInput) -> JsonObject:
-    def compute() -> RowState | PackedState:
-        if x.config.packing is None:
-            return load_row(x.config, x.checkpoint, x.split_len)
-        return load_packed(x.config, x.checkpoint, x.split_len)
-
-    state = attempt(compute)
-    if isinstance(state, SpecError):
-        return error_json(state)
-    inv.CheckpointRoundTripInv(x.config, state, x.split_len)
-    return {"state": enc_state(state)}
+    saved = attempt(lambda: load_for_rank(x.config, x.checkpoint, x.split_len, x.world_size, x.rank))
+    if isinstance(saved, SpecError):
+        return error_json(saved)
+    inv.CheckpointRoundTripInv(x.config, saved.state, x.split_len)
+    inv.ReachableLoadInv(saved, x.split_len)
+    return enc_saved(saved)
 
 
 CODEC = Codec(_encode, _decode, _run)
@@ -88,9 +90,18 @@ _STRATEGY = snapshot_row(STRATEGY_CONFIG, ROW_STATE)
 _PACKED = snapshot_packed(PACKED_CONFIG, PACKED_STATE)
 
 
-def _case(name: str, description: str, config: RunConfig, checkpoint: object, split_len: int = 5) -> CaseDef:
-    """A case of this family (split length 5 unless given)."""
-    return make_case("load", CODEC, name, description, LoadInput(config, split_len, checkpoint))
+def _case(
+    name: str,
+    description: str,
+    config: RunConfig,
+    checkpoint: object,
+    split_len: int = 5,
+    world_size: int = 1,
+    rank: int = 0,
+) -> CaseDef:
+    """A case of this family (split length 5 and one rank unless given)."""
+    value = LoadInput(config, split_len, world_size, rank, checkpoint)
+    return make_case("load", CODEC, name, description, value)
 
 
 def _auto(name: str, description: str, checkpoint: object) -> CaseDef:
@@ -109,6 +120,12 @@ def cases() -> list[CaseDef]:
         *_mode_mismatch_cases(),
         *_range_cases(),
         *checkpoint_fault_cases(_auto, _ROW, _PACKED),
+        *_session_cases(),
+        *_more_session_cases(),
+        *_edited_cases(),
+        *_legacy_packed_cases(),
+        *provenance_fault_cases(_auto, _ROW, _PACKED),
+        *_topology_cases(),
     ]
 
 
@@ -188,7 +205,7 @@ def _packed_cases() -> list[CaseDef]:
             "JSON turns buffer keys into strings; they are accepted",
             PACKED_CONFIG,
             with_buffers(
-                _PACKED, {"0": {"tokens": [10, 1], "starts": [1]}, "3": {"tokens": [1], "starts": []}}
+                _PACKED, {"0": {"tokens": [1, 10, 1], "starts": [1]}, "3": {"tokens": [1], "starts": []}}
             ),
         ),
         _case(
@@ -198,7 +215,7 @@ def _packed_cases() -> list[CaseDef]:
             with_buffers(
                 _PACKED,
                 {
-                    "0": {"tokens": [10, 1], "starts": [1]},
+                    "0": {"tokens": [1, 10, 1], "starts": [1]},
                     "1": {"tokens": [], "starts": []},
                     "3": {"tokens": [1], "starts": []},
                 },
@@ -357,6 +374,174 @@ def _range_cases() -> list[CaseDef]:
             "more blocks than the per-split budget",
             PACKED_CONFIG,
             changed(_PACKED, blocks_emitted_per_split=[3, 3, 3, 3]),
+        ),
+    ]
+
+
+def _from_session(
+    name: str, description: str, job: Job, saved: Saved, world_size: int, rank: int, as_json: bool = False
+) -> CaseDef:
+    """A case loading the checkpoint a session wrote (``as_json``: after a JSON round trip)."""
+    checkpoint = snapshot_saved(saved)
+    if as_json:
+        checkpoint = json_form(checkpoint)
+    return _case(name, description, job.config, checkpoint, job.split_len, world_size, rank)
+
+
+def _session_cases() -> list[CaseDef]:
+    """Checkpoints one rank of a session wrote, loaded by itself, another rank, another topology."""
+    row = session(ROW_JOB, Shape(2, 2, 1), 3)
+    inv.PartialStateRefusedInv(row, ROW_JOB.split_len)
+    return [
+        _from_session(
+            "ours_row_on_its_own_rank",
+            "rank 0's checkpoint of a 2-rank session with 2 workers, loaded on rank 0",
+            ROW_JOB,
+            row[0].checkpoint,
+            2,
+            0,
+        ),
+        _from_session(
+            "ours_row_on_the_other_rank",
+            "rank 0's checkpoint loaded on rank 1: rank 1's splits are inferred, exactly",
+            ROW_JOB,
+            row[0].checkpoint,
+            2,
+            1,
+        ),
+        _from_session(
+            "ours_row_on_one_rank",
+            "rank 1's checkpoint loaded by a job of one rank (the cursor is kept for its shape)",
+            ROW_JOB,
+            row[1].checkpoint,
+            1,
+            0,
+        ),
+        _from_session(
+            "ours_row_through_json",
+            "the same checkpoint after a JSON round trip",
+            ROW_JOB,
+            row[1].checkpoint,
+            4,
+            3,
+            as_json=True,
+        ),
+    ]
+
+
+def _more_session_cases() -> list[CaseDef]:
+    """Packed projections, unknown splits and table pins of sessions' checkpoints."""
+    packed = session(PACKED_JOB, Shape(2, 2, 1), 3)
+    skip = session(SKIP_JOB, Shape(2, 0, 2), 2)
+    pinned = session(ROW_JOB, Shape(2, 0, 3), 1, pinned=True)
+    for results in (packed, skip):
+        inv.PartialStateRefusedInv(results, ROW_JOB.split_len)
+    return [
+        _from_session(
+            "ours_packed_projected",
+            "rank 0's packed checkpoint: rank 1's splits are projected block counts",
+            PACKED_JOB,
+            packed[0].checkpoint,
+            2,
+            1,
+        ),
+        _from_session(
+            "ours_packed_through_json",
+            "a packed checkpoint after a JSON round trip: string keys in pack_buffers and projected",
+            PACKED_JOB,
+            packed[1].checkpoint,
+            1,
+            0,
+            as_json=True,
+        ),
+        _from_session(
+            "ours_unknown_splits_of_another_rank",
+            "with skipping transforms rank 0 does not know rank 1's splits; rank 0 loads it",
+            SKIP_JOB,
+            skip[0].checkpoint,
+            2,
+            0,
+        ),
+        _from_session(
+            "error_ours_unknown_splits_of_this_rank",
+            "with skipping transforms rank 0 does not know rank 1's splits; rank 1 refuses it",
+            SKIP_JOB,
+            skip[0].checkpoint,
+            2,
+            1,
+        ),
+        _from_session(
+            "error_ours_unknown_splits_on_another_topology",
+            "a rank of one process owns every split, also the unknown ones",
+            SKIP_JOB,
+            skip[1].checkpoint,
+            1,
+            0,
+        ),
+        _from_session(
+            "ours_with_table_pin",
+            "a checkpoint records the table version and rows its permutation was built from",
+            ROW_JOB,
+            pinned[1].checkpoint,
+            2,
+            0,
+        ),
+    ]
+
+
+def _edited_cases() -> list[CaseDef]:
+    """A session's checkpoint edited: refused by its digest, loaded without one."""
+    row = session(ROW_JOB, Shape(2, 2, 1), 3)
+    return [
+        _case(
+            "ours_edited_without_digest",
+            "without a digest an edited checkpoint loads (a deliberate edit)",
+            ROW_JOB.config,
+            with_extra(changed(snapshot_saved(row[0].checkpoint), samples_consumed_per_split=[1, 1, 2, 1])),
+            ROW_JOB.split_len,
+        ),
+        _case(
+            "error_ours_edited",
+            "an edited value no longer matches the digest",
+            ROW_JOB.config,
+            changed(snapshot_saved(row[0].checkpoint), samples_consumed_per_split=[1, 1, 2, 1]),
+            ROW_JOB.split_len,
+        ),
+    ]
+
+
+def _legacy_packed_cases() -> list[CaseDef]:
+    """A packed checkpoint without our key is one rank's state when its splits emitted different counts."""
+    partial = replace(PACKED_STATE, emitted=(2, 2, 1, 1))
+    return [
+        _case(
+            "error_packed_partial_state",
+            "without the provenance key, splits that emitted different counts are one rank's state",
+            PACKED_CONFIG,
+            snapshot_packed(PACKED_CONFIG, partial),
+        ),
+        _case(
+            "packed_partial_state_with_provenance",
+            "with the key the same progress says which splits are reported, and loads",
+            PACKED_CONFIG,
+            snapshot_saved(Saved(PACKED_CONFIG, partial, frozenset({2, 3}))),
+            world_size=2,
+            rank=1,
+        ),
+    ]
+
+
+def _topology_cases() -> list[CaseDef]:
+    """A loading topology that does not fit the checkpoint's splits."""
+    return [
+        _case("error_world_size_zero", "a job has at least one rank", ROW_CONFIG, _ROW, world_size=0),
+        _case("error_rank_beyond_world_size", "rank < world_size", ROW_CONFIG, _ROW, world_size=2, rank=2),
+        _case(
+            "error_world_size_does_not_divide_splits",
+            "every rank owns the same number of splits",
+            ROW_CONFIG,
+            _ROW,
+            world_size=3,
         ),
     ]
 

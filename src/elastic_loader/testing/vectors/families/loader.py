@@ -1,13 +1,12 @@
 """The ``loader`` family: ``StreamingDataLoader`` delivery on one rank, batch by batch.
 
-Row-mode cases are checked against ``ConsumerCommitProp`` after every batch,
-and, from the start of an epoch, against ``ExactlyOnceProp``.
+Torch worker ``w`` plays role ``(w + rotation) % num_workers`` (a loader resumed on its own
+topology starts with the role whose batch came next); a loader starts from any state, its
+iterators catching up first (D23). Row-mode cases are checked against ``ConsumerCommitProp``
+after every batch, and, from the start of an epoch, against ``ExactlyOnceProp``.
 
-Rules of this module (the same for every family module): the input is a frozen
-dataclass with a JSON codec (``_encode``/``_decode``) and a model run
-(``_run``) that checks the invariants of the result; :func:`cases` builds the
-cases, deterministically, in the order the vector file lists them, and the
-first line of its docstring is the family's summary in that file.
+Rules of this module: those of every family module, stated once in the package docstring
+(:mod:`elastic_loader.testing.vectors.families`).
 """
 
 from __future__ import annotations
@@ -15,15 +14,12 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from ....spec import invariants as inv
-from ....spec.errors import SpecError
 from ....spec.loader import LoaderRun, run_loader
 from ....spec.packing import PackedState, initial_packed_state, iterate_packed
 from ....spec.rows import Faults, RowState, Yielded, initial_row_state, iterate_rows
 from ....spec.topology import PackingConfig, Permutation, RunConfig, Topology
 from ..codec import (
     Corpus,
-    JsonObject,
     as_int,
     corpus_map,
     dec_config,
@@ -39,19 +35,9 @@ from ..codec import (
     enc_raised,
     enc_row,
     enc_state,
-    error_json,
 )
-from ..plumbing import (
-    NO_FAULTS,
-    CaseDef,
-    Codec,
-    attempt,
-    family,
-    faults_of,
-    make_case,
-    random_corpus,
-    random_perm,
-)
+from ..plumbing import NO_FAULTS, faults_of, random_corpus, random_perm, rows_after
+from .base import CaseDef, Codec, JsonObject, SpecError, attempt, error_json, family, inv, make_case
 
 
 @dataclass(frozen=True)
@@ -67,6 +53,7 @@ class LoaderInput:
     num_workers: int
     batch_size: int
     start: RowState | PackedState
+    rotation: int = 0
 
 
 def _encode(x: LoaderInput) -> JsonObject:
@@ -80,6 +67,7 @@ def _encode(x: LoaderInput) -> JsonObject:
         "num_workers": x.num_workers,
         "batch_size": x.batch_size,
         "start": enc_state(x.start),
+        "rotation": x.rotation,
     }
 
 
@@ -96,6 +84,7 @@ def _decode(j: JsonObject) -> LoaderInput:
         as_int(j["num_workers"]),
         as_int(j["batch_size"]),
         dec_config_state(config, j["start"]),
+        as_int(j["rotation"]),
     )
 
 
@@ -104,7 +93,9 @@ def _run(x: LoaderInput) -> JsonObject:
 
     def compute() -> LoaderRun:
         topology = Topology(x.world_size, x.rank, x.num_workers)
-        return run_loader(x.config, x.permutation, x.faults, topology, x.start, x.batch_size, corpus)
+        return run_loader(
+            x.config, x.permutation, x.faults, topology, x.start, x.batch_size, corpus, x.rotation
+        )
 
     run = attempt(compute)
     if isinstance(run, SpecError):
@@ -122,8 +113,9 @@ def _run(x: LoaderInput) -> JsonObject:
                 "index": d.index,
                 "items": [enc_row(i) if isinstance(i, Yielded) else enc_block(i) for i in d.items],
                 "committed": enc_state(d.committed),
+                "next_role": run.next_role_after(n),
             }
-            for d in run.deliveries
+            for n, d in enumerate(run.deliveries, 1)
         ],
         "raised": None if run.error is None else enc_raised(run.error),
     }
@@ -140,9 +132,11 @@ _PCFG = RunConfig(4, 5, 0, None, _PACKING)
 _PERM8 = random_perm(random.Random(83), 8, 3)
 _CFG8 = RunConfig(8, 5, 0)
 _MID = iterate_rows(_PERM, NO_FAULTS, (0, 1, 2, 3), initial_row_state(4)).state_after(8)
-_PACKED_MID = iterate_packed(
+_PACKED_RUN = iterate_packed(
     _PERM, corpus_map(_CORPUS), NO_FAULTS, (0, 1, 2, 3), _PACKING, initial_packed_state(4)
-).state_after(4)
+)
+_PACKED_MID = _PACKED_RUN.state_after(4)
+_PACKED_PARTIAL = _PACKED_RUN.state_after(6)
 
 
 def _case(
@@ -157,18 +151,29 @@ def _case(
     faults: Faults = NO_FAULTS,
     corpus: Corpus | None = None,
     start: RowState | PackedState | None = None,
+    rotation: int = 0,
 ) -> CaseDef:
     """A case of this family; ``start`` defaults to the initial state of the mode."""
     if start is None:
         s = config.num_splits
         start = initial_row_state(s) if corpus is None else initial_packed_state(s)
-    value = LoaderInput(config, perm, faults, corpus, world_size, rank, num_workers, batch_size, start)
+    value = LoaderInput(
+        config, perm, faults, corpus, world_size, rank, num_workers, batch_size, start, rotation
+    )
     return make_case("loader", CODEC, name, description, value)
 
 
 def cases() -> list[CaseDef]:
     """``StreamingDataLoader`` delivery on one rank: batches in order, and the state after each."""
-    return [*_delivery_cases(), *_fault_cases(), *_resume_cases(), *_packed_cases(), *_error_cases()]
+    return [
+        *_delivery_cases(),
+        *_fault_cases(),
+        *_resume_cases(),
+        *_packed_cases(),
+        *_mid_step_cases(),
+        *_rotation_cases(),
+        *_error_cases(),
+    ]
 
 
 def _delivery_cases() -> list[CaseDef]:
@@ -270,12 +275,12 @@ def _packed_cases() -> list[CaseDef]:
     ]
 
 
-def _error_cases() -> list[CaseDef]:
-    """Starts and shapes the loader rejects."""
+def _mid_step_cases() -> list[CaseDef]:
+    """Starts no step boundary holds: every iterator catches up first (D23)."""
     return [
         _case(
-            "error_workers_mid_cycle_start",
-            "several workers need a step boundary",
+            "workers_resume_mid_cycle",
+            "two workers resume from a mid-cycle state: worker 0 catches split 1 up",
             _CFG,
             _PERM,
             1,
@@ -285,8 +290,8 @@ def _error_cases() -> list[CaseDef]:
             start=RowState((3, 2, 2, 2), (3, 2, 2, 2)),
         ),
         _case(
-            "error_packed_mid_cycle_start",
-            "packing needs a step boundary",
+            "packed_resume_mid_step",
+            "packed, one iterator: splits 2 and 3 catch up before the cycles",
             _PCFG,
             _PERM,
             1,
@@ -294,8 +299,57 @@ def _error_cases() -> list[CaseDef]:
             0,
             2,
             corpus=_CORPUS,
-            start=PackedState((1, 1, 0, 0), (1, 1, 0, 0), {}),
+            start=_PACKED_PARTIAL,
         ),
+    ]
+
+
+def _rotation_cases() -> list[CaseDef]:
+    """Loaders resumed on their own topology: torch worker 0 plays the role whose batch came next."""
+    return [
+        _case(
+            "two_workers_rotation_1",
+            "torch worker 0 reads role 1's splits, so role 1's batch comes first",
+            _CFG,
+            _PERM,
+            1,
+            0,
+            2,
+            2,
+            start=_MID,
+            rotation=1,
+        ),
+        _case(
+            "four_workers_rotation_3_mid_round",
+            "a checkpoint after 3 batches of a 4-worker round: role 3 goes on",
+            _CFG,
+            _PERM,
+            1,
+            0,
+            4,
+            1,
+            start=rows_after(_PERM, NO_FAULTS, (0, 1, 2), 3),
+            rotation=3,
+        ),
+        _case(
+            "packed_rotation_1",
+            "packed, two workers, torch worker 0 in role 1",
+            _PCFG,
+            _PERM,
+            1,
+            0,
+            2,
+            1,
+            corpus=_CORPUS,
+            start=_PACKED_MID,
+            rotation=1,
+        ),
+    ]
+
+
+def _error_cases() -> list[CaseDef]:
+    """Shapes and rotations the loader rejects."""
+    return [
         _case(
             "error_workers_do_not_divide_splits",
             "splits per rank must divide among workers",
@@ -308,6 +362,29 @@ def _error_cases() -> list[CaseDef]:
         ),
         _case("error_batch_size_zero", "batch_size is at least 1", _CFG, _PERM, 1, 0, 0, 0),
         _case("error_rank_out_of_range", "rank < world_size", _CFG, _PERM, 2, 2, 0, 2),
+        _case(
+            "error_rotation_beyond_workers",
+            "a rotation is a role: below num_workers",
+            _CFG,
+            _PERM,
+            1,
+            0,
+            2,
+            2,
+            rotation=2,
+        ),
+        _case(
+            "error_rotation_without_workers",
+            "without workers the only role is 0",
+            _CFG,
+            _PERM,
+            1,
+            0,
+            0,
+            2,
+            rotation=1,
+        ),
+        _case("error_negative_rotation", "a rotation is not negative", _CFG, _PERM, 1, 0, 2, 2, rotation=-1),
     ]
 
 

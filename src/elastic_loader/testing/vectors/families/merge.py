@@ -1,14 +1,14 @@
 """The ``merge`` family: ``merge_state_dicts`` over every rank's checkpoint, or the error.
 
-Every merged checkpoint is checked to be idempotent and, in row mode,
-independent of the order of the states (``MergeLatticeInv``); the cases of
-ranks at one global step are checked against ``MergeExactProp``.
+The model is :func:`~elastic_loader.spec.saved.merge_state_dicts`: every split takes the furthest
+value among the checkpoints that *report* it, so a merge that leaves out a rank raises; the
+merged checkpoint reports every split and carries the ``elastic_loader`` key with its digest.
+Every merged checkpoint is checked to be idempotent and, in row mode, independent of the order
+of the states (``MergeLatticeInv``); the cases of ranks at one global step are checked against
+``MergeExactProp``, the merges of a session's checkpoints against ``MergeReportedInv``.
 
-Rules of this module (the same for every family module): the input is a frozen
-dataclass with a JSON codec (``_encode``/``_decode``) and a model run
-(``_run``) that checks the invariants of the result; :func:`cases` builds the
-cases, deterministically, in the order the vector file lists them, and the
-first line of its docstring is the family's summary in that file.
+Rules of this module: those of every family module, stated once in the package docstring
+(:mod:`elastic_loader.testing.vectors.families`).
 """
 
 from __future__ import annotations
@@ -18,34 +18,15 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from ....spec import invariants as inv
 from ....spec.checkpoint import join_row, snapshot_packed, snapshot_row
-from ....spec.errors import SpecError
 from ....spec.packing import PackedState, initial_packed_state, iterate_packed
+from ....spec.protocols import Shape
 from ....spec.rows import RowState
-from ....spec.saved import merge_state_dicts
+from ....spec.saved import merge_state_dicts, snapshot_saved
 from ....spec.topology import PackingConfig, Permutation, RunConfig, rank_splits
-from ..codec import (
-    Corpus,
-    JsonObject,
-    as_list,
-    corpus_map,
-    decode_value,
-    enc_checkpoint,
-    encode_value,
-    error_json,
-)
-from ..plumbing import (
-    NO_FAULTS,
-    CaseDef,
-    Codec,
-    attempt,
-    family,
-    make_case,
-    random_corpus,
-    random_perm,
-    rows_after,
-)
+from ..codec import Corpus, as_list, corpus_map, decode_value, enc_checkpoint, encode_value
+from ..plumbing import NO_FAULTS, random_corpus, random_perm, rows_after
+from .base import CaseDef, Codec, JsonObject, SpecError, attempt, error_json, family, inv, make_case
 from .fixtures import (
     PACKED_CONFIG,
     PACKED_STATE,
@@ -54,9 +35,13 @@ from .fixtures import (
     STRATEGY_CONFIG,
     changed,
     checkpoint_fault_cases,
+    json_form,
+    provenance_fault_cases,
     with_buffers,
+    with_extra,
     without,
 )
+from .sessions import PACKED_JOB, ROW_JOB, SKIP_JOB, Job, session
 
 
 @dataclass(frozen=True)
@@ -140,6 +125,10 @@ def cases() -> list[CaseDef]:
         *_disagreement_cases(),
         *_invalid_config_cases(),
         *checkpoint_fault_cases(_with_other, _ROW, _PACKED),
+        *provenance_fault_cases(_with_other, _ROW, _PACKED),
+        *_session_cases(),
+        *_missing_rank_cases(),
+        *_table_cases(),
     ]
 
 
@@ -217,7 +206,7 @@ def _packed_cases() -> list[CaseDef]:
             [
                 _PACKED,
                 with_buffers(
-                    _PACKED, {0: {"tokens": [11, 1], "starts": [1]}, 3: {"tokens": [1], "starts": []}}
+                    _PACKED, {0: {"tokens": [1, 11, 1], "starts": [1]}, 3: {"tokens": [1], "starts": []}}
                 ),
             ],
         ),
@@ -230,7 +219,7 @@ def _packed_cases() -> list[CaseDef]:
                     _PACKED,
                     samples_consumed_per_split=[3, 3, 2, 4],
                     pack_buffers={
-                        "1": {"tokens": [1, 12], "starts": [1]},
+                        "1": {"tokens": [1, 12, 1], "starts": [1]},
                         "3": {"tokens": [1], "starts": []},
                     },
                 ),
@@ -239,7 +228,7 @@ def _packed_cases() -> list[CaseDef]:
         _case(
             "packed_string_keys",
             "string buffer keys are read as split ids; the merge writes int keys",
-            [with_buffers(_PACKED, {"0": {"tokens": [10, 1], "starts": [1]}})],
+            [with_buffers(_PACKED, {"0": {"tokens": [1, 10, 1], "starts": [1]}})],
         ),
     ]
 
@@ -342,6 +331,141 @@ def _invalid_config_cases() -> list[CaseDef]:
                 snapshot_packed(PACKED_CONFIG, replace(PACKED_STATE, emitted=(2, 2, 0, 0), buffers={})),
                 snapshot_packed(PACKED_CONFIG, replace(PACKED_STATE, emitted=(0, 0, 1, 1), buffers={})),
             ],
+        ),
+    ]
+
+
+def _of_session(
+    name: str,
+    description: str,
+    job: Job,
+    shape: Shape,
+    batches: int | Sequence[int],
+    ranks: Sequence[int] = (),
+) -> CaseDef:
+    """The merge of the checkpoints ``ranks`` (default: every rank) of a session from the epoch start;
+    a merge of every rank is checked against ``MergeReportedInv``."""
+    results = session(job, shape, batches)
+    chosen = list(ranks) or list(range(shape.world_size))
+    wire = [snapshot_saved(results[r].checkpoint) for r in chosen]
+
+    def check() -> None:
+        if not ranks:
+            inv.MergeReportedInv(job.perm, job.faults, job.docs, results)
+
+    return _case(name, description, wire, check)
+
+
+def _session_cases() -> list[CaseDef]:
+    """The checkpoints every rank of a session wrote: each split gets its owner's value."""
+    alone = session(PACKED_JOB, Shape(1, 0, 4), 2)[0].checkpoint.state
+    assert isinstance(alone, PackedState)
+    return [
+        _of_session(
+            "ours_row_lockstep",
+            "2 ranks of 2 workers, 3 batches each: the cursor of every rank is kept",
+            ROW_JOB,
+            Shape(2, 2, 1),
+            3,
+        ),
+        _of_session(
+            "ours_row_out_of_lockstep",
+            "rank 0 took 4 batches, rank 1 one: rank 1's own value wins over rank 0's inference",
+            ROW_JOB,
+            Shape(2, 0, 2),
+            (4, 1),
+        ),
+        _of_session(
+            "ours_row_skipping_transforms",
+            "splits one rank could not know are reported by their owner",
+            SKIP_JOB,
+            Shape(2, 0, 2),
+            2,
+        ),
+        _of_session(
+            "ours_row_four_ranks",
+            "4 ranks of one split each, out of lockstep",
+            ROW_JOB,
+            Shape(4, 0, 1),
+            (1, 3, 0, 2),
+        ),
+        _of_session(
+            "ours_packed_lockstep",
+            "packed, 2 ranks of 2 workers: the owners' buffers, no projection left",
+            PACKED_JOB,
+            Shape(2, 2, 1),
+            3,
+        ),
+        _of_session(
+            "ours_packed_out_of_lockstep",
+            "packed, rank 0 took 5 batches, rank 1 two: rank 1's value wins over rank 0's projection",
+            PACKED_JOB,
+            Shape(2, 0, 1),
+            (5, 2),
+        ),
+        _case(
+            "ours_through_json_and_legacy",
+            "our checkpoint after a JSON round trip merged with one written without our key",
+            [
+                json_form(snapshot_saved(session(PACKED_JOB, Shape(2, 0, 1), 2)[1].checkpoint)),
+                snapshot_packed(PACKED_JOB.config, alone),
+            ],
+        ),
+    ]
+
+
+def _missing_rank_cases() -> list[CaseDef]:
+    """A merge that leaves out a rank: a split no checkpoint reports."""
+    return [
+        _of_session(
+            "error_ours_one_of_two_ranks",
+            "one rank's checkpoint alone is loaded directly, never merged",
+            ROW_JOB,
+            Shape(2, 2, 1),
+            3,
+            ranks=(0,),
+        ),
+        _of_session(
+            "error_ours_three_of_four_ranks",
+            "rank 2 is left out",
+            ROW_JOB,
+            Shape(4, 0, 1),
+            2,
+            ranks=(0, 1, 3),
+        ),
+        _of_session(
+            "error_ours_packed_rank_left_out",
+            "packed: rank 0 is left out",
+            PACKED_JOB,
+            Shape(2, 0, 1),
+            2,
+            ranks=(1,),
+        ),
+        _of_session(
+            "ours_same_rank_twice",
+            "a rank's checkpoint twice with the other's: nothing is missing",
+            ROW_JOB,
+            Shape(2, 0, 1),
+            (2, 3),
+            ranks=(0, 1, 0),
+        ),
+    ]
+
+
+def _table_cases() -> list[CaseDef]:
+    """Table pins: kept by the merge; states of different table versions do not merge."""
+    pinned = [snapshot_saved(r.checkpoint) for r in session(ROW_JOB, Shape(2, 0, 1), 2, pinned=True)]
+    return [
+        _case("ours_with_table_pin", "every rank pinned the same table version", pinned),
+        _case(
+            "ours_pinned_and_unpinned",
+            "a state without a pin merges with pinned ones",
+            [pinned[0], with_extra(pinned[1], sign=True, table=None)],
+        ),
+        _case(
+            "error_table_versions_differ",
+            "the states were written for different table versions",
+            [pinned[0], with_extra(pinned[1], sign=True, table={"version": 4, "rows": 20})],
         ),
     ]
 

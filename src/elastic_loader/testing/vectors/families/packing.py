@@ -1,14 +1,12 @@
 """The ``packing`` family: the blocks one packed iterator emits and the state after each.
 
 Input: a permutation, a corpus, faults, the owned splits, a packing
-configuration and a start state. Every case is checked against the packing
+configuration and a start state (any state a run leaves behind: owned splits
+that emitted different block counts catch up first). Every case is checked against the packing
 invariants that apply to one run (:func:`check_packed_run`).
 
-Rules of this module (the same for every family module): the input is a frozen
-dataclass with a JSON codec (``_encode``/``_decode``) and a model run
-(``_run``) that checks the invariants of the result; :func:`cases` builds the
-cases, deterministically, in the order the vector file lists them, and the
-first line of its docstring is the family's summary in that file.
+Rules of this module: those of every family module, stated once in the package docstring
+(:mod:`elastic_loader.testing.vectors.families`).
 """
 
 from __future__ import annotations
@@ -17,14 +15,11 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ....spec import invariants as inv
-from ....spec.errors import SpecError
 from ....spec.packing import PackedRun, PackedState, initial_packed_state, iterate_packed
 from ....spec.rows import Exhausted, Faults
 from ....spec.topology import PackingConfig, Permutation
 from ..codec import (
     Corpus,
-    JsonObject,
     as_ints,
     corpus_map,
     dec_corpus,
@@ -39,21 +34,9 @@ from ..codec import (
     enc_packed_state,
     enc_packing,
     enc_permutation,
-    error_json,
 )
-from ..plumbing import (
-    NO_FAULTS,
-    CaseDef,
-    Codec,
-    attempt,
-    family,
-    faults_of,
-    make_case,
-    random_corpus,
-    random_faults,
-    random_perm,
-    seq_perm,
-)
+from ..plumbing import NO_FAULTS, faults_of, random_corpus, random_faults, random_perm, seq_perm
+from .base import CaseDef, Codec, JsonObject, SpecError, attempt, error_json, family, inv, make_case
 
 
 @dataclass(frozen=True)
@@ -171,8 +154,10 @@ def cases() -> list[CaseDef]:
         *_split_cases(),
         *_fault_cases(),
         *_edge_cases(),
+        *_catch_up_cases(),
         *_error_cases(),
         *_random_cases(),
+        *_random_mid_step_cases(),
     ]
 
 
@@ -352,19 +337,65 @@ def _edge_cases() -> list[CaseDef]:
     ]
 
 
-def _error_cases() -> list[CaseDef]:
-    """Inputs the model rejects."""
+def _catch_up_cases() -> list[CaseDef]:
+    """Owned splits that emitted different block counts: the lagging ones catch up first (D23)."""
     return [
         _case(
-            "error_misaligned_emitted_counts",
-            "owned splits that emitted different block counts",
+            "catch_up_lagging_splits",
+            "splits 1 and 2 emit one block each, in (emitted, split) order, before cycles resume",
             _P3,
             _C3,
             NO_FAULTS,
             _ALL3,
             _CFG3,
-            PackedState((2, 1, 1), (1, 0, 0), {}),
+            _after(_P3, _C3, NO_FAULTS, _ALL3, _CFG3, 1),
         ),
+        _case(
+            "catch_up_from_mid_cycle_buffers",
+            "after 4 blocks split 0 is ahead; splits 1 and 2 catch up from the buffers the cycle filled",
+            _P3,
+            _C3,
+            NO_FAULTS,
+            _ALL3,
+            _CFG3,
+            _after(_P3, _C3, NO_FAULTS, _ALL3, _CFG3, 4),
+        ),
+        _case(
+            "catch_up_by_several_blocks",
+            "split 0 emitted 3 blocks by itself; splits 1 and 2 catch up by 3 blocks each",
+            _P3,
+            _C3,
+            NO_FAULTS,
+            _ALL3,
+            _CFG3,
+            _after(_P3, _C3, NO_FAULTS, (0,), _CFG3, 3),
+        ),
+        _case(
+            "catch_up_of_a_worker_sub_block",
+            "a worker over splits 2 and 3 of a rank whose checkpoint is mid-cycle",
+            _P4,
+            _C4,
+            NO_FAULTS,
+            (2, 3),
+            _CFG4,
+            _after(_P4, _C4, NO_FAULTS, _ALL4, _CFG4, 3),
+        ),
+        _case(
+            "catch_up_meets_a_raising_document",
+            "a lagging split meets a raising document while it catches up",
+            _P3,
+            _C3,
+            faults_of(raising=[_P3[2][1]]),
+            _ALL3,
+            _CFG3,
+            _after(_P3, _C3, NO_FAULTS, (0,), _CFG3, 2),
+        ),
+    ]
+
+
+def _error_cases() -> list[CaseDef]:
+    """Inputs the model rejects."""
+    return [
         _case(
             "error_budget_not_divisible",
             "blocks_per_epoch must be divisible by the split count",
@@ -392,6 +423,26 @@ def _random_cases() -> list[CaseDef]:
         start = prior.state_after(s * rng.randint(0, max(0, len(prior.blocks) // s - 1)))
         description = f"random(seed={2000 + seed}): {s} splits, L={config.pack_sequences}"
         cases.append(_case(f"random_{seed:02d}", description, perm, corpus, faults, owned, config, start))
+    return cases
+
+
+def _random_mid_step_cases() -> list[CaseDef]:
+    """Seeded random jobs resumed after any number of blocks (mid-cycle starts catch up)."""
+    cases: list[CaseDef] = []
+    for seed in range(4):
+        rng = random.Random(2100 + seed)
+        s = rng.choice((2, 3, 4))
+        perm = random_perm(rng, s, rng.randint(2, 5))
+        corpus = random_corpus(rng, s * len(perm[0]), rng.randint(1, 9))
+        faults = random_faults(rng, len(corpus), rng.choice((0.0, 0.2)), 0.0)
+        config = PackingConfig(rng.randint(2, 7), _EOS, _PAD, s * rng.randint(2, 4))
+        owned = tuple(range(s))
+        prior = iterate_packed(perm, corpus_map(corpus), faults, owned, config, initial_packed_state(s))
+        start = prior.state_after(rng.randint(1, max(1, len(prior.blocks) - 1)))
+        description = f"random(seed={2100 + seed}): {s} splits, L={config.pack_sequences}, mid-cycle start"
+        cases.append(
+            _case(f"random_mid_step_{seed:02d}", description, perm, corpus, faults, owned, config, start)
+        )
     return cases
 
 

@@ -4,11 +4,8 @@ Each case is one fault (or none) against a valid base parameter set; the case
 checks that its base is valid and that it changes exactly the keyword it
 names. Case names are derived from the keyword and the value (:func:`value_label`).
 
-Rules of this module (the same for every family module): the input is a frozen
-dataclass with a JSON codec (``_encode``/``_decode``) and a model run
-(``_run``) that checks the invariants of the result; :func:`cases` builds the
-cases, deterministically, in the order the vector file lists them, and the
-first line of its docstring is the family's summary in that file.
+Rules of this module: those of every family module, stated once in the package docstring
+(:mod:`elastic_loader.testing.vectors.families`).
 """
 
 from __future__ import annotations
@@ -17,11 +14,8 @@ import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 
-from ....spec import params as spec_params
-from ....spec.errors import SpecError
 from ....spec.params import CALLABLE, ColumnKind, Params, TableFacts, validate_params
 from ..codec import (
-    JsonObject,
     VectorFormatError,
     WorkerInfo,
     as_int,
@@ -30,9 +24,8 @@ from ..codec import (
     decode_value,
     encode_int,
     encode_value,
-    error_json,
 )
-from ..plumbing import CaseDef, Codec, attempt, family, make_case
+from .base import CaseDef, Codec, JsonObject, SpecError, attempt, error_json, family, make_case
 
 
 @dataclass(frozen=True)
@@ -106,9 +99,33 @@ _BASES: dict[str, Params] = {
     ),
 }
 
-_INT_KEYWORDS = tuple(name for name, _, _ in spec_params._INT_PARAMS)
-"""Integer keywords, in the model's check order (read from the model's own table)."""
-_NULLABLE_INTS = frozenset(name for name, nullable, _ in spec_params._INT_PARAMS if nullable)
+
+def _type_error(params: Params) -> str | None:
+    """The keyword whose type ``validate_params`` refuses first, if it refuses one."""
+    result = attempt(lambda: validate_params(params, _TABLE))
+    if isinstance(result, SpecError) and result.code.endswith("_type"):
+        return result.code.removesuffix("_type")
+    return None
+
+
+def _integer_keywords() -> tuple[str, ...]:
+    """The integer keywords in the model's check order, as ``validate_params`` reveals them.
+
+    With every keyword at ``1.5`` the model names the first keyword it checks; that keyword is an
+    integer one when ``1`` alone passes its type check. Putting it back at its default shows the
+    next, until the first keyword that refuses ``1`` (the non-integer checks follow the integer ones).
+    """
+    wrong = {f.name: 1.5 for f in fields(Params)}
+    order: list[str] = []
+    while (name := _type_error(Params(**wrong))) is not None and _type_error(Params(**{name: 1})) != name:
+        order.append(name)
+        del wrong[name]
+    return tuple(order)
+
+
+_INT_KEYWORDS = _integer_keywords()
+"""Integer keywords, in the model's check order (asked of the model)."""
+_NULLABLE_INTS = frozenset(name for name in _INT_KEYWORDS if _type_error(Params(**{name: None})) != name)
 
 
 def _value_label(value: object) -> str:

@@ -4,11 +4,8 @@ Input: a permutation, faults, the owned splits and a start state; output: the
 rows, the state after each, and the end. Every case is checked against every
 row-mode invariant that applies to one iterator run (:func:`check_row_run`).
 
-Rules of this module (the same for every family module): the input is a frozen
-dataclass with a JSON codec (``_encode``/``_decode``) and a model run
-(``_run``) that checks the invariants of the result; :func:`cases` builds the
-cases, deterministically, in the order the vector file lists them, and the
-first line of its docstring is the family's summary in that file.
+Rules of this module: those of every family module, stated once in the package docstring
+(:mod:`elastic_loader.testing.vectors.families`).
 """
 
 from __future__ import annotations
@@ -17,12 +14,9 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ....spec import invariants as inv
-from ....spec.errors import SpecError
 from ....spec.rows import Exhausted, Faults, RowRun, RowState, initial_row_state, iterate_rows
 from ....spec.topology import Permutation
 from ..codec import (
-    JsonObject,
     as_ints,
     dec_faults,
     dec_permutation,
@@ -32,21 +26,9 @@ from ..codec import (
     enc_permutation,
     enc_row,
     enc_row_state,
-    error_json,
 )
-from ..plumbing import (
-    NO_FAULTS,
-    CaseDef,
-    Codec,
-    attempt,
-    family,
-    faults_of,
-    make_case,
-    random_faults,
-    random_perm,
-    rows_after,
-    seq_perm,
-)
+from ..plumbing import NO_FAULTS, faults_of, random_faults, random_perm, rows_after, seq_perm
+from .base import CaseDef, Codec, JsonObject, SpecError, attempt, error_json, family, inv, make_case
 
 
 @dataclass(frozen=True)

@@ -4,22 +4,17 @@ Input: ``num_splits``, ``world_size``, ``num_workers``; output: the owned splits
 of every iterator, rank-major, or the error. Every case is checked against
 ``PartitionInv`` and against ``worker_blocks``.
 
-Rules of this module (the same for every family module): the input is a frozen
-dataclass with a JSON codec (``_encode``/``_decode``) and a model run
-(``_run``) that checks the invariants of the result; :func:`cases` builds the
-cases, deterministically, in the order the vector file lists them, and the
-first line of its docstring is the family's summary in that file.
+Rules of this module: those of every family module, stated once in the package docstring
+(:mod:`elastic_loader.testing.vectors.families`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ....spec import invariants as inv
-from ....spec.errors import SpecError
 from ....spec.topology import Topology, owned_splits, worker_blocks
-from ..codec import JsonObject, as_int, error_json
-from ..plumbing import CaseDef, Codec, attempt, family, make_case
+from ..codec import as_int
+from .base import CaseDef, Codec, JsonObject, SpecError, attempt, error_json, family, inv, make_case
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ from elastic_loader.spec import (
     rank_splits,
     run_loader,
 )
+from elastic_loader.spec.inference import Pass, caps, simulate_pass
 from elastic_loader.spec.invariants import (
     LockstepInferenceInv,
     MergeReportedInv,
@@ -63,15 +64,12 @@ from elastic_loader.spec.protocols import (
     run_session,
 )
 from elastic_loader.spec.saved import (
-    Pass,
     Saved,
     TablePin,
-    caps,
     exact,
     load_for_rank,
     merge_state_dicts,
     pinned_permutation,
-    simulate_pass,
     snapshot_saved,
 )
 from elastic_loader.spec.schedule import canonical_capacity, canonical_counts, next_worker, round_robin_turns

@@ -163,7 +163,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "if i < perm.num_splits * m else None",
         "if i <= perm.num_splits * m else None",
     ),
-    # save protocols (saved.py, schedule.py)
+    # save protocols (saved.py, inference.py, schedule.py)
     Mutation(
         "merge-takes-inferred",
         "saved.py",
@@ -190,7 +190,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "skipping-rows-inferred",
-        "saved.py",
+        "inference.py",
         "_unknown_blocks",
         "if block & start.unknown or (skipping and moved):",
         "if block & start.unknown:",

@@ -58,11 +58,7 @@ def test_spec_imports_only_the_standard_library() -> None:
 
 
 def _pipeline_files() -> list[Path]:
-    return [
-        p
-        for p in sorted(PACKAGE.rglob("*.py"))
-        if p.relative_to(PACKAGE).parts[0] not in NOT_PIPELINE
-    ]
+    return [p for p in sorted(PACKAGE.rglob("*.py")) if p.relative_to(PACKAGE).parts[0] not in NOT_PIPELINE]
 
 
 def test_pipeline_never_imports_the_spec() -> None:

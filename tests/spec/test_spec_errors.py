@@ -62,10 +62,10 @@ from elastic_loader.spec.computed import (
     round_keys,
 )
 from elastic_loader.spec.errors import SpecError, SpecRuntimeError, SpecTypeError, SpecValueError
+from elastic_loader.spec.inference import Pass
 from elastic_loader.spec.protocols import Protocol, Shape, next_starts, run_session
 from elastic_loader.spec.saved import (
     Cursor,
-    Pass,
     Projection,
     Saved,
     TablePin,

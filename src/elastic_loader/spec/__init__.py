@@ -58,6 +58,7 @@ from .computed import (
     round_keys,
 )
 from .errors import SpecError, SpecRuntimeError, SpecTypeError, SpecValueError
+from .inference import Pass, rank_checkpoint
 from .loader import (
     Delivery,
     deliver_batches,
@@ -96,7 +97,6 @@ from .rows import (
 )
 from .saved import (
     Cursor,
-    Pass,
     Projection,
     Saved,
     TablePin,
@@ -104,7 +104,6 @@ from .saved import (
     load_saved,
     merge_saved,
     merge_state_dicts,
-    rank_checkpoint,
     resolve,
     snapshot_saved,
 )

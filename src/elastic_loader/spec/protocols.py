@@ -29,17 +29,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from .errors import require
+from .inference import Pass, rank_checkpoint
 from .loader import Delivery, Item, LoaderRun, run_loader
 from .rows import Faults
-from .saved import (
-    Pass,
-    Saved,
-    load_for_rank,
-    merge_state_dicts,
-    rank_checkpoint,
-    resolve,
-    snapshot_saved,
-)
+from .saved import Saved, load_for_rank, merge_state_dicts, resolve, snapshot_saved
 from .topology import Permutation, RunConfig, Topology, owned_splits, rank_splits
 
 

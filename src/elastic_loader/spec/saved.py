@@ -62,8 +62,7 @@ from .errors import SpecValueError, require
 from .packing import PackBuffer, PackedState, iterate_packed
 from .params import INT64_MAX, INT64_MIN
 from .rows import Faults, RowState
-from .schedule import canonical_capacity, canonical_counts, next_worker, round_robin_turns
-from .topology import Permutation, RunConfig, Topology, owned_splits, rank_splits
+from .topology import Permutation, RunConfig, rank_splits
 
 EXTRA_KEY = "elastic_loader"
 FORMAT = 1
@@ -146,7 +145,7 @@ class Saved:
         for s, projection in self.projections.items():
             require(0 <= s < n, "projection_out_of_range", "projected splits are ids")
             require(
-                projection.target > _plain_count(self.state, s),
+                projection.target > plain_count(self.state, s),
                 "projection_below_base",
                 f"split {s}: a projection goes beyond its base",
             )
@@ -160,10 +159,10 @@ class Saved:
         projection = self.projections.get(split)
         if projection is not None:
             return projection.target
-        return _plain_count(self.state, split)
+        return plain_count(self.state, split)
 
 
-def _plain_count(state: State, split: int) -> int:
+def plain_count(state: State, split: int) -> int:
     return state.samples[split] if isinstance(state, RowState) else state.emitted[split]
 
 
@@ -427,6 +426,33 @@ def load_for_rank(config: RunConfig, checkpoint: object, split_len: int, world_s
     return saved
 
 
+# ---------------------------------------------------------------- one split's values
+
+
+@dataclass(frozen=True)
+class SplitValue:
+    """One split's plain values (row: samples, positions; packed: consumed, emitted, buffer)."""
+
+    first: int
+    second: int
+    buffer: PackBuffer = field(default_factory=PackBuffer)
+
+
+def split_value(state: State, s: int) -> SplitValue:
+    """Split ``s``'s plain values in ``state``."""
+    if isinstance(state, RowState):
+        return SplitValue(state.samples[s], state.positions[s])
+    return SplitValue(state.consumed[s], state.emitted[s], state.buffer(s))
+
+
+def assemble_state(template: State, values: Sequence[SplitValue]) -> State:
+    """The state of ``template``'s kind holding ``values[s]`` for every split ``s``."""
+    if isinstance(template, RowState):
+        return RowState(tuple(v.first for v in values), tuple(v.second for v in values))
+    buffers = {s: v.buffer for s, v in enumerate(values) if v.buffer.tokens}
+    return PackedState(tuple(v.first for v in values), tuple(v.second for v in values), buffers)
+
+
 # ---------------------------------------------------------------- merge
 
 
@@ -461,7 +487,7 @@ def merge_saved(states: Sequence[Saved]) -> Saved:
                 "state alone can be loaded directly with load_state_dict when the ranks were in lockstep)",
             )
         chosen.append(max(reporters, key=lambda st: _rank_key(st, s)))  # the first of equals
-    state = _assemble(first.state, [_values(st.state, s) for s, st in enumerate(chosen)])
+    state = assemble_state(first.state, [split_value(st.state, s) for s, st in enumerate(chosen)])
     projections = {s: st.projections[s] for s, st in enumerate(chosen) if s in st.projections}
     table = tables.pop() if tables else None
     return Saved(
@@ -563,183 +589,3 @@ def resolve(
         if s in after.buffers:
             buffers[s] = after.buffers[s]
     return PackedState(tuple(consumed), tuple(emitted), buffers)
-
-
-# ---------------------------------------------------------------- one rank's checkpoint
-
-
-@dataclass(frozen=True)
-class Pass:
-    """One iteration of a rank within a session, as far as the trainer received it.
-
-    ``batches`` batches of ``batch_size`` items (plain iteration: items, ``batch_size=1``, no
-    workers) from a loader with ``num_workers`` workers; torch worker 0 played role ``rotation``
-    and ``next_role`` is the role whose batch would have come next (both 0 without workers).
-    """
-
-    num_workers: int
-    batch_size: int
-    batches: int
-    rotation: int = 0
-    next_role: int = 0
-
-    def __post_init__(self) -> None:
-        require(self.num_workers >= 0, "num_workers_negative", "num_workers must be >= 0")
-        require(self.batch_size >= 1, "batch_size_not_positive", "batch_size must be >= 1")
-        require(self.batches >= 0, "batches_negative", "batches must be >= 0")
-        roles = max(1, self.num_workers)
-        require(
-            0 <= self.rotation < roles and 0 <= self.next_role < roles,
-            "rotation_out_of_range",
-            "rotation and next_role must be in [0, num_workers)",
-        )
-
-
-def caps(saved: Saved, split_len: int) -> tuple[int, ...]:
-    """How far each split's count can go, if every row not read yet is yieldable (packed: the budget)."""
-    n = saved.config.num_splits
-    if saved.config.packing is not None:
-        return (saved.config.packing.blocks_per_split(n),) * n
-    state = saved.state
-    assert isinstance(state, RowState)
-    return tuple(state.samples[s] + split_len - state.positions[s] for s in range(n))
-
-
-def simulate_pass(
-    counts: Sequence[int],
-    limit: Sequence[int],
-    world_size: int,
-    rank: int,
-    p: Pass,
-    rotation: int,
-) -> tuple[dict[int, int], int]:
-    """Rank ``rank``'s split counts after it delivered ``p.batches`` batches of pass ``p`` from
-    ``counts`` (caps ``limit``) with torch worker 0 in role ``rotation``, and its next role."""
-    n, nw = len(counts), p.num_workers
-    if nw == 0:
-        block = rank_splits(n, world_size, rank)
-        have = [counts[s] for s in block]
-        items = min(canonical_capacity(have, [limit[s] for s in block]), p.batches * p.batch_size)
-        return dict(zip(block, canonical_counts(have, items))), 0
-    blocks = [owned_splits(n, Topology(world_size, rank, nw, (w + rotation) % nw)) for w in range(nw)]
-    capacity = [canonical_capacity([counts[s] for s in b], [limit[s] for s in b]) for b in blocks]
-    delivered = round_robin_turns([-(-c // p.batch_size) for c in capacity], p.batches)
-    out: dict[int, int] = {}
-    for b, cap, d in zip(blocks, capacity, delivered):
-        out.update(zip(b, canonical_counts([counts[s] for s in b], min(cap, d * p.batch_size))))
-    return out, (next_worker(delivered) + rotation) % nw
-
-
-@dataclass(frozen=True)
-class _Value:
-    """One split's plain values (row: samples, positions; packed: consumed, emitted, buffer)."""
-
-    first: int
-    second: int
-    buffer: PackBuffer = field(default_factory=PackBuffer)
-
-
-def _values(state: State, s: int) -> _Value:
-    if isinstance(state, RowState):
-        return _Value(state.samples[s], state.positions[s])
-    return _Value(state.consumed[s], state.emitted[s], state.buffer(s))
-
-
-def _assemble(template: State, values: Sequence[_Value]) -> State:
-    if isinstance(template, RowState):
-        return RowState(tuple(v.first for v in values), tuple(v.second for v in values))
-    buffers = {s: v.buffer for s, v in enumerate(values) if v.buffer.tokens}
-    return PackedState(tuple(v.first for v in values), tuple(v.second for v in values), buffers)
-
-
-def rank_checkpoint(
-    start: Saved,
-    committed: State,
-    touched: frozenset[int],
-    passes: Sequence[Pass],
-    world_size: int,
-    rank: int,
-    split_len: int,
-    skipping: bool,
-    partial: Sequence[int] | None = None,
-) -> Saved:
-    """The checkpoint rank ``rank`` writes after the ``passes`` of its session from ``start``.
-
-    ``partial`` (a simulated worker, ``worker_info_override``): the checkpoint reports only these
-    splits, those its one iterator reads, and every other split is unknown.
-
-    Its own splits come from ``committed`` (the parent's state) where ``touched`` (an iterator that
-    owned the split delivered something this session, so the value is exact), else from
-    ``start``. Every other rank is assumed to have delivered the same passes (lockstep), with the
-    rotation its own cursor gives; its row splits are then exact when ``skipping`` is false and
-    unknown when it is true (the saver's transform errors may skip rows), its packed splits
-    projected.
-    """
-    n = start.config.num_splits
-    if partial is not None:
-        return _partial_checkpoint(start, committed, touched, frozenset(partial))
-    own = frozenset(rank_splits(n, world_size, rank))
-    counts = [start.count(s) for s in range(n)]
-    limit = caps(start, split_len)
-    cursor = start.cursor
-    for p in passes:
-        if p.batches == 0:
-            continue  # a pass that delivered nothing changes nothing, not even the cursor
-        roles = [0] * world_size
-        for r in range(world_size):
-            if r == rank:
-                roles[r] = p.next_role
-                continue
-            rotation = 0 if cursor is None else cursor.rotation(world_size, r, p.num_workers)
-            got, roles[r] = simulate_pass(counts, limit, world_size, r, p, rotation)
-            for s, c in got.items():
-                counts[s] = c
-        cursor = Cursor(world_size, p.num_workers, tuple(roles)) if p.num_workers >= 2 else None
-    values: list[_Value] = []
-    unknown = _unknown_blocks(start, counts, own, world_size, skipping and isinstance(committed, RowState))
-    projections: dict[int, Projection] = {}
-    for s in range(n):
-        if s in own and s in touched:
-            values.append(_values(committed, s))
-            continue
-        plain = _values(start.state, s)
-        values.append(plain)
-        moved = counts[s] - start.count(s)
-        if s in unknown:
-            continue
-        elif moved and isinstance(committed, RowState):
-            values[-1] = _Value(counts[s], plain.second + moved)
-        elif counts[s] > _plain_count(start.state, s):
-            projections[s] = Projection(counts[s])
-    state = _assemble(committed, values)
-    return Saved(start.config, state, own, frozenset(unknown), projections, cursor, start.table)
-
-
-def _unknown_blocks(
-    start: Saved, counts: Sequence[int], own: frozenset[int], world_size: int, skipping: bool
-) -> set[int]:
-    """The other ranks' splits this checkpoint cannot know: every split of a rank block that held an
-    unknown split at the start (its simulation started from a stale count), and, when rows may be
-    skipped, every split of a rank block that moved (a skipped row can end a worker early and hand
-    its turns to the others, so even a split that did not move in the simulation may have)."""
-    n = start.config.num_splits
-    out: set[int] = set()
-    for r in range(world_size):
-        block = set(rank_splits(n, world_size, r))
-        if block & own:
-            continue
-        moved = any(counts[s] != start.count(s) for s in block)
-        if block & start.unknown or (skipping and moved):
-            out |= block
-    return out
-
-
-def _partial_checkpoint(
-    start: Saved, committed: State, touched: frozenset[int], mine: frozenset[int]
-) -> Saved:
-    """A simulated worker's checkpoint: its own splits, every other split unknown."""
-    n = start.config.num_splits
-    values = [_values(committed if s in mine and s in touched else start.state, s) for s in range(n)]
-    projections = {s: p for s, p in start.projections.items() if s in mine and s not in touched}
-    unknown = frozenset(range(n)) - mine
-    return Saved(start.config, _assemble(committed, values), mine, unknown, projections, None, start.table)

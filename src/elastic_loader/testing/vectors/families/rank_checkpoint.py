@@ -19,11 +19,12 @@ import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from ....spec.inference import Pass, rank_checkpoint
 from ....spec.loader import run_loader
 from ....spec.packing import PackedState, iterate_packed
 from ....spec.protocols import Protocol, Shape
 from ....spec.rows import RowState, iterate_rows
-from ....spec.saved import Pass, Saved, load_saved, rank_checkpoint, resolve, snapshot_saved
+from ....spec.saved import Saved, load_saved, resolve, snapshot_saved
 from ....spec.topology import RunConfig, Topology, owned_splits, rank_splits
 from ..codec import (
     Json,

@@ -19,9 +19,9 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ....spec.inference import Pass, simulate_pass
 from ....spec.loader import run_loader
 from ....spec.rows import Faults, RowState, Yielded
-from ....spec.saved import Pass, simulate_pass
 from ....spec.schedule import canonical_capacity, canonical_counts, next_worker, round_robin_turns
 from ....spec.topology import RunConfig, Topology, rank_splits
 from ..codec import VectorFormatError, as_int, as_ints, as_str, encode_ints

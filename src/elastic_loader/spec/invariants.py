@@ -77,6 +77,10 @@ INVARIANT_NAMES = (
     "TableVersionPinInv",
     "ProtocolChainProp",
     "SameTopologyResumeProp",
+    # the local permutation (predicates in invariants_local.py, re-exported below)
+    "LocalBijectionInv",
+    "LocalLocalityInv",
+    "LocalDegeneracyInv",
 )
 
 
@@ -591,6 +595,16 @@ def AutoBudgetInv(blocks_per_epoch: int, num_splits: int) -> None:
 
 # The save-protocol predicates judge sessions built from the predicates' own building blocks; they
 # live in their own module and join this namespace here, so every invariant has one home.
+# The local-permutation predicates, likewise (spec/LOCAL.md).
+from .invariants_local import (  # noqa: E402
+    LocalBijectionInv as LocalBijectionInv,
+)
+from .invariants_local import (  # noqa: E402
+    LocalDegeneracyInv as LocalDegeneracyInv,
+)
+from .invariants_local import (  # noqa: E402
+    LocalLocalityInv as LocalLocalityInv,
+)
 from .invariants_saved import (  # noqa: E402
     LockstepInferenceInv as LockstepInferenceInv,
 )

@@ -101,8 +101,9 @@ def LocalLocalityInv(perm: LocalPermutation, windows: Sequence[tuple[int, int]] 
 
     Without ``windows`` every window of every split is checked.
     """
-    every = [(s, q) for s in range(perm.num_splits) for q in range(perm.window_count)]
-    for split, q in every if windows is None else windows:
+    if windows is None:
+        windows = [(s, q) for s in range(perm.num_splits) for q in range(perm.window_count)]
+    for split, q in windows:
         runs = local_runs(perm, split, q)
         w = window_size(perm, q)
         read = sorted(local_positions(perm, split, q * perm.window, w))
@@ -133,8 +134,9 @@ def LocalDegeneracyInv(
     compared."""
     local = LocalPermutation(num_rows, num_splits, shuffle_seed, epoch, 1, 1)
     computed = ComputedPermutation(num_rows, num_splits, shuffle_seed, epoch)
-    every = [(s, p) for s in range(num_splits) for p in range(local.split_len)]
-    for split, p in every if slots is None else slots:
+    if slots is None:
+        slots = [(s, p) for s in range(num_splits) for p in range(local.split_len)]
+    for split, p in slots:
         ours = local_index(local, split, p)
         theirs = computed_positions(computed, split, p, 1)[0]
         check(ours == theirs, "LocalDegeneracyInv", f"slot ({split}, {p}): local {ours}, computed {theirs}")

@@ -23,9 +23,10 @@ Rules of this module (spec/LOCAL.md is the prose definition; this code is the no
   :func:`window_keys` (a key stream separated from the epoch's round keys by
   ``WINDOW_TAG``).
 * Invariants: ``LocalBijectionInv`` (a bijection, ``S*m`` distinct positions
-  read), ``LocalLocalityInv`` (a window of ``w`` positions reads at most
-  ``1 + ceil((w-1)/C)`` runs of contiguous storage positions, one more when ``C``
-  does not divide ``N``: :func:`local_run_bound`), ``LocalDegeneracyInv`` (``C = W = 1`` is exactly the
+  read), ``LocalLocalityInv`` (a window of ``w >= 2`` positions reads at most
+  ``2 + (w-2) // C`` runs of contiguous storage positions, one more in the
+  cases :func:`local_run_bound` names when ``C`` does not divide ``N``; never
+  more than ``ceil(W/C) + 2``), ``LocalDegeneracyInv`` (``C = W = 1`` is exactly the
   computed permutation). Proofs in ``proofs/``.
 """
 
@@ -270,12 +271,18 @@ def local_runs(perm: LocalPermutation, split: int, q: int) -> tuple[Run, ...]:
 
 
 def local_run_bound(perm: LocalPermutation, q: int) -> int:
-    """The most runs window ``q`` can read: ``1 + ceil((w - 1) / C)`` (a stretch of ``w`` positions that
-    starts on the last position of a clump), plus one when ``C`` does not divide ``N`` (the short clump
-    may sit inside the stretch), and never more than ``w``. At most ``ceil(W / C) + 2``."""
-    w = window_size(perm, q)
-    short = 0 if perm.num_rows % perm.clump == 0 else 1
-    return min(w, 1 + -(-(w - 1) // perm.clump) + short)
+    """The most runs window ``q`` can read, ``w`` its size and ``r`` the short clump's length.
+
+    ``1`` when ``w = 1``; else ``2 + (w - 2) // C`` (a stretch of ``w`` positions of ``Q``
+    touches its two end clumps and at most ``(w - 2) // C`` whole clumps between them), plus
+    one when ``C`` does not divide ``N``, ``w >= r + 2`` and ``(w - 2) mod C >= r`` (the short
+    clump fits between the ends beside as many whole clumps). At most ``ceil(W / C) + 2``.
+    """
+    w, c, r = window_size(perm, q), perm.clump, perm.short_len
+    if w == 1:
+        return 1
+    short = r < c and w >= r + 2 and (w - 2) % c >= r
+    return 2 + (w - 2) // c + (1 if short else 0)
 
 
 def local_fingerprint(perm: LocalPermutation) -> str:

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ._computed import _GAMMA, ROUNDS, ComputedPermutation, _mix_into, _mix_scalar, half_width
+from ._computed import GAMMA, ROUNDS, ComputedPermutation, half_width, mix_into, mix_scalar
 from ._lance import EPOCH_PRIME
 
 ALGORITHM = "clump-window-v1+feistel8-splitmix64-v1"
@@ -39,7 +39,7 @@ def _size(value: int, what: str) -> int:
 
 def _mix(z: np.ndarray) -> np.ndarray:
     """splitmix64's finaliser of a uint64 array, in place; returns it."""
-    _mix_into(z, np.empty_like(z))
+    mix_into(z, np.empty_like(z))
     return z
 
 
@@ -50,7 +50,7 @@ def _window_keys(base: int, split: np.ndarray, window: np.ndarray) -> np.ndarray
     z = _mix(z + window.astype(_U64))
     keys = np.empty((ROUNDS, z.size), dtype=_U64)
     for i in range(ROUNDS):
-        keys[i] = z + _U64(((i + 1) * _GAMMA) & _MASK64)
+        keys[i] = z + _U64(((i + 1) * GAMMA) & _MASK64)
         _mix(keys[i])
     return keys
 
@@ -62,7 +62,7 @@ def _rounds(keys: np.ndarray, half: int, x: np.ndarray, inverse: bool) -> np.nda
     f, tmp = np.empty_like(x), np.empty_like(x)
     for i in reversed(range(ROUNDS)) if inverse else range(ROUNDS):
         np.bitwise_xor(left if inverse else right, keys[i], out=f)
-        _mix_into(f, tmp)
+        mix_into(f, tmp)
         f &= mask
         if inverse:
             right ^= f
@@ -137,7 +137,7 @@ class LocalPermutation:
         self.short_at = int(self._clumps.invert(np.array([count - 1], dtype=_U64))[0])
         self._cut = min(clump, num_rows)  # C >= N is one clump: the same sequence as C = N
         self.window_len = min(window, self.split_len)  # W >= m is one window per split
-        self._base = _mix_scalar((shuffle_seed + epoch * EPOCH_PRIME) ^ WINDOW_TAG)
+        self._base = mix_scalar((shuffle_seed + epoch * EPOCH_PRIME) ^ WINDOW_TAG)
 
     def __reduce__(self) -> tuple[type[LocalPermutation], tuple[int, int, int, int, int, int]]:
         args = (self.num_rows, self.num_splits, self.shuffle_seed, self.epoch, self.clump, self.window)

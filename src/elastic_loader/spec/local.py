@@ -60,12 +60,9 @@ Run = tuple[int, int]
 """``(first storage position, length)`` of a run of contiguous storage positions."""
 
 
-def _positive_size(value: int, code: str, what: str) -> None:
-    require(
-        isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_ROWS,
-        code,
-        f"{what} must be an int in [1, 2**64], got {value!r}",
-    )
+def _is_size(value: object) -> bool:
+    """An int (not a bool) in ``[1, 2**64]``."""
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_ROWS
 
 
 @dataclass(frozen=True)
@@ -88,8 +85,16 @@ class LocalPermutation:
     short_at: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        _positive_size(self.clump, "local_clump_out_of_range", "clump")
-        _positive_size(self.window, "local_window_out_of_range", "window")
+        require(
+            _is_size(self.clump),
+            "local_clump_out_of_range",
+            f"clump must be in [1, 2**64], got {self.clump!r}",
+        )
+        require(
+            _is_size(self.window),
+            "local_window_out_of_range",
+            f"window must be in [1, 2**64], got {self.window!r}",
+        )
         ComputedPermutation(self.num_rows, self.num_splits, self.shuffle_seed, self.epoch)  # the checks
         order = ComputedPermutation(self.clump_count, 1, self.shuffle_seed, self.epoch)
         object.__setattr__(self, "clumps", order)

@@ -3,6 +3,7 @@
 Usage::
 
     .venv/bin/python benchmarks/local_perm.py [--rows 2000000] [--seeds 3] [--json out.json]
+        [--splits 1 16 64] [--shapes 1x1 256x1024 ...]
 
 For ``N`` rows, every split count ``S`` of ``SPLITS``, every ``(C, W)`` of ``SHAPES`` and
 every seed, the pipeline's ``LocalPermutation`` gives every split's positions; the
@@ -156,10 +157,19 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--seeds", type=int, default=3, help="seeds 0..n-1; the worst value is printed")
     parser.add_argument("--json", type=Path, default=None, help="write the results here")
+    parser.add_argument("--splits", type=int, nargs="*", default=list(SPLITS), help="split counts S")
+    parser.add_argument(
+        "--shapes",
+        type=str,
+        nargs="*",
+        default=[f"{c}x{w}" for c, w in SHAPES],
+        help="clump x window, e.g. 256x1024",
+    )
     args = parser.parse_args()
+    shapes = [tuple(int(v) for v in shape.split("x")) for shape in args.shapes]
     results: dict[str, Any] = {**_meta(), "seeds": args.seeds, "cases": []}
-    for splits in SPLITS:
-        for clump, window in SHAPES:
+    for splits in args.splits:
+        for clump, window in shapes:
             case = run_case(args.rows, splits, clump, window, args.seeds)
             results["cases"].append(case)
             print(_line(case), flush=True)

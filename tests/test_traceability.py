@@ -97,8 +97,8 @@ def test_table_rows_are_consistent() -> None:
         name = row["Name"].strip("`")
         kind = "Inv" if name.endswith("Inv") else "Prop" if name.endswith("Prop") else None
         assert row["Kind"] == kind, f"{name}: kind {row['Kind']!r}, expected {kind!r}"
-        # The predicate may be defined in a sibling module that invariants.py re-exports
-        # (invariants_packing.py, invariants_saved.py); the link must name the defining file.
+        # The predicate may be defined in a sibling module that invariants.py re-exports (invariants_local,
+        # invariants_packing, invariants_saved, ...); the link must name the defining file.
         defining = Path(inspect.getfile(getattr(invariants, name))).name
         link = f"[`{name}`](../src/elastic_loader/spec/{defining})"
         assert link in row["Model predicate"], f"{name}: the predicate link must be {link}"

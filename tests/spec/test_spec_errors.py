@@ -63,6 +63,18 @@ from elastic_loader.spec.computed import (
 )
 from elastic_loader.spec.errors import SpecError, SpecRuntimeError, SpecTypeError, SpecValueError
 from elastic_loader.spec.inference import Pass
+from elastic_loader.spec.local import (
+    LocalPermutation,
+    clumped_index,
+    clumped_inverse,
+    local_index,
+    local_locate,
+    local_positions,
+    local_runs,
+    window_offset,
+    window_offset_inverse,
+    window_size,
+)
 from elastic_loader.spec.protocols import Protocol, Shape, next_starts, run_session
 from elastic_loader.spec.saved import (
     Cursor,
@@ -108,6 +120,7 @@ R = snapshot_row(C, RowState((1, 1), (1, 1)))
 P = snapshot_packed(PC, PackedState((1, 1), (1, 1), {0: PackBuffer((5, 9), (0,))}))
 PERM = cut_splits(range(4), 2)
 COMPUTED = ComputedPermutation(10, 3, 0, 0)
+LOCAL = LocalPermutation(10, 3, 0, 0, 2, 2)
 CORPUS = {r: (r,) for r in range(4)}
 BUFFER = {"tokens": [5], "starts": [0]}
 
@@ -545,6 +558,22 @@ TRIGGERS: list[tuple[str, str, Callable[[], object]]] = [
         ),
     ),
     ("table_version_mismatch", "merge", lambda: merge_saved([EXACT_V1, EXACT_V2])),
+    # the local permutation
+    ("local_clump_out_of_range", "zero", lambda: LocalPermutation(10, 3, 0, 0, 0, 2)),
+    ("local_clump_out_of_range", "bool", lambda: LocalPermutation(10, 3, 0, 0, True, 2)),
+    ("local_window_out_of_range", "2**64 + 1", lambda: LocalPermutation(10, 3, 0, 0, 2, 2**64 + 1)),
+    ("fewer_rows_than_splits", "LocalPermutation", lambda: LocalPermutation(2, 3, 0, 0, 1, 1)),
+    ("local_index_out_of_range", "clumped_index", lambda: clumped_index(LOCAL, 10)),
+    ("local_index_out_of_range", "clumped_inverse", lambda: clumped_inverse(LOCAL, -1)),
+    ("local_index_out_of_range", "local_locate", lambda: local_locate(LOCAL, 10)),
+    ("local_index_out_of_range", "window_offset", lambda: window_offset(LOCAL, 0, 0, 2)),
+    ("local_index_out_of_range", "window_offset_inverse", lambda: window_offset_inverse(LOCAL, 0, 1, -1)),
+    ("local_window_index_out_of_range", "window_size", lambda: window_size(LOCAL, 2)),
+    ("local_window_index_out_of_range", "local_runs", lambda: local_runs(LOCAL, 0, -1)),
+    ("local_split_out_of_range", "local_positions", lambda: local_positions(LOCAL, 3, 0, 1)),
+    ("local_split_out_of_range", "local_runs", lambda: local_runs(LOCAL, -1, 0)),
+    ("local_range_out_of_range", "local_index", lambda: local_index(LOCAL, 0, 3)),
+    ("local_range_out_of_range", "past the end", lambda: local_positions(LOCAL, 0, 2, 2)),
 ]
 
 

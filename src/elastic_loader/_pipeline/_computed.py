@@ -49,6 +49,14 @@ def _mix_into(z: np.ndarray, tmp: np.ndarray) -> None:
     z ^= tmp
 
 
+GAMMA = _GAMMA
+"""The key-schedule increment, shared with ``_local.py`` (which builds its window keys the same way)."""
+mix_scalar = _mix_scalar
+"""splitmix64's finaliser of one Python int, shared with ``_local.py``."""
+mix_into = _mix_into
+"""splitmix64's finaliser of a uint64 array in place, shared with ``_local.py``."""
+
+
 def round_keys(shuffle_seed: int, epoch: int) -> tuple[int, ...]:
     """The round keys of an epoch: ``mix64(seed + epoch * 100003 + (i + 1) * GAMMA)``."""
     if shuffle_seed < 0 or epoch < 0:

@@ -23,7 +23,8 @@ committed; :mod:`.loader` says how ``StreamingDataLoader`` interleaves worker
 batches and commits them; :mod:`.params` says which parameters are rejected and
 with which exception. :mod:`.computed` defines the opt-in computed
 permutation, a keyed bijection of storage positions that is never
-materialised (spec/COMPUTED.md). :mod:`.invariants` holds one predicate per named
+materialised (spec/COMPUTED.md); :mod:`.local` cuts it into clumps and windows so
+reads are contiguous runs (spec/LOCAL.md). :mod:`.invariants` holds one predicate per named
 invariant of ``spec/INVARIANTS.md``.
 """
 
@@ -66,6 +67,22 @@ from .loader import (
     rank_steps,
     run_loader,
     topology_steps,
+)
+from .local import (
+    LocalPermutation,
+    clumped_index,
+    clumped_inverse,
+    local_fingerprint,
+    local_index,
+    local_locate,
+    local_positions,
+    local_run_bound,
+    local_runs,
+    local_splits,
+    window_keys,
+    window_offset,
+    window_offset_inverse,
+    window_size,
 )
 from .packing import (
     Block,
@@ -147,6 +164,21 @@ __all__ = [
     "half_width",
     "mix64",
     "round_keys",
+    # the local (clumped, windowed) permutation
+    "LocalPermutation",
+    "clumped_index",
+    "clumped_inverse",
+    "local_fingerprint",
+    "local_index",
+    "local_locate",
+    "local_positions",
+    "local_run_bound",
+    "local_runs",
+    "local_splits",
+    "window_keys",
+    "window_offset",
+    "window_offset_inverse",
+    "window_size",
     # parameters
     "EPOCH_PRIME",
     "DEFAULT_IO_QUEUE_DEPTH",

@@ -35,8 +35,13 @@ from .computed import (
 )
 from .errors import InvariantViolation, check as _check
 
-# The packing and save-protocol predicates live in their own modules and join this namespace here,
-# so every invariant has one home and one import path.
+# The local-permutation, packing and save-protocol predicates live in their own modules and join
+# this namespace here, so every invariant has one home and one import path.
+from .invariants_local import (
+    LocalBijectionInv as LocalBijectionInv,
+    LocalDegeneracyInv as LocalDegeneracyInv,
+    LocalLocalityInv as LocalLocalityInv,
+)
 from .invariants_packing import (
     AutoBudgetInv as AutoBudgetInv,
     DocIdsInv as DocIdsInv,
@@ -94,6 +99,10 @@ INVARIANT_NAMES = (
     "TableVersionPinInv",
     "ProtocolChainProp",
     "SameTopologyResumeProp",
+    # the local permutation (predicates in invariants_local.py, re-exported above)
+    "LocalBijectionInv",
+    "LocalLocalityInv",
+    "LocalDegeneracyInv",
 )
 
 

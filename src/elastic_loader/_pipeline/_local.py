@@ -1,0 +1,294 @@
+"""The local (clumped, windowed) permutation, vectorised (opt-in; spec/LOCAL.md defines it).
+
+Rules: storage positions are numpy uint64 and every operation wraps modulo
+2**64 exactly as the definition says, so results are bit-identical to the
+executable spec (tests/pipeline/reading/test_pipe_local.py compares them).
+The clump order is :class:`._computed.ComputedPermutation` over the ``M``
+clumps, with the epoch's own round keys; the window shuffles use the same
+Feistel rounds with per-window keys, held per element, so a range that crosses
+windows is one vectorised pass. Nothing grows with the table: an instance holds
+its six parameters and a few derived integers, and pickles as the six
+parameters. Arithmetic that could pass ``2**64`` (``M * C``, ``t * C + r``) is
+rearranged or done on Python ints. A window is read as its runs of contiguous
+storage positions, in ascending order, then put in the window's order
+(:func:`read_window`). This module never imports the spec.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from ._computed import GAMMA, ROUNDS, ComputedPermutation, half_width, mix_into, mix_scalar
+from ._lance import EPOCH_PRIME
+
+ALGORITHM = "clump-window-v1+feistel8-splitmix64-v1"
+WINDOW_TAG = 0x6C6F63616C77696E
+MAX_SIZE = 2**64
+_MASK64 = 2**64 - 1
+_U64 = np.uint64
+
+
+def _size(value: int, what: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_SIZE:
+        raise ValueError(f"{what} must be an int in [1, 2**64], got {value!r}")
+    return value
+
+
+def _mix(z: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser of a uint64 array, in place; returns it."""
+    mix_into(z, np.empty_like(z))
+    return z
+
+
+def _window_keys(base: int, split: np.ndarray, window: np.ndarray) -> np.ndarray:
+    """Keys ``(ROUNDS, n)`` of ``sigma_{split[k], window[k]}``: ``mix64(z + (i+1) * GAMMA)`` with
+    ``z = mix64(mix64(base + split) + window)``, ``base = mix64(epoch_seed XOR WINDOW_TAG)``."""
+    z = _mix(split.astype(_U64) + _U64(base))
+    z = _mix(z + window.astype(_U64))
+    keys = np.empty((ROUNDS, z.size), dtype=_U64)
+    for i in range(ROUNDS):
+        keys[i] = z + _U64(((i + 1) * GAMMA) & _MASK64)
+        _mix(keys[i])
+    return keys
+
+
+def _rounds(keys: np.ndarray, half: int, x: np.ndarray, inverse: bool) -> np.ndarray:
+    """The Feistel network over ``[0, 4**half)`` with per-element keys (``keys[i]`` for round ``i``)."""
+    shift, mask = _U64(half), _U64((1 << half) - 1)
+    left, right = x >> shift, x & mask
+    f, tmp = np.empty_like(x), np.empty_like(x)
+    for i in reversed(range(ROUNDS)) if inverse else range(ROUNDS):
+        np.bitwise_xor(left if inverse else right, keys[i], out=f)
+        mix_into(f, tmp)
+        f &= mask
+        if inverse:
+            right ^= f
+        else:
+            left ^= f
+        left, right = right, left
+    left <<= shift
+    left |= right
+    return left
+
+
+def _sigma(keys: np.ndarray, size: int, o: np.ndarray, inverse: bool = False) -> np.ndarray:
+    """The keyed bijection of ``[0, size)``: the network, cycle-walked into ``[0, size)``."""
+    half = half_width(size)
+    y = _rounds(keys, half, o, inverse)
+    if size == 1 << (2 * half):
+        return y
+    limit = _U64(size)
+    todo = np.flatnonzero(y >= limit)
+    while todo.size:
+        again = _rounds(keys[:, todo], half, y[todo], inverse)
+        y[todo] = again
+        todo = todo[again >= limit]
+    return y
+
+
+def _below(values: np.ndarray, bound: int) -> np.ndarray:
+    """``values < bound`` for a Python-int bound that may be ``2**64``."""
+    if bound >= MAX_SIZE:
+        return np.ones(values.shape, dtype=bool)
+    return values < _U64(bound)
+
+
+class LocalPermutation:
+    """Split ``s`` position ``q*W + o`` reads ``Q[s*m + q*W + sigma_{s,q}(o)]`` (spec/LOCAL.md).
+
+    ``Q`` lists the ``M = ceil(N / C)`` clumps of ``C`` contiguous storage
+    positions in the order of the computed permutation of ``[0, M)``.
+    """
+
+    __slots__ = (
+        "_base",
+        "_clumps",
+        "_cut",
+        "clump",
+        "epoch",
+        "num_rows",
+        "num_splits",
+        "short_at",
+        "short_len",
+        "shuffle_seed",
+        "split_len",
+        "window",
+        "window_len",
+    )
+
+    def __init__(
+        self, num_rows: int, num_splits: int, shuffle_seed: int, epoch: int, clump: int, window: int
+    ) -> None:
+        self.clump, self.window = _size(clump, "clump"), _size(window, "window")
+        ComputedPermutation(num_rows, num_splits, shuffle_seed, epoch)  # its checks
+        self.num_rows, self.num_splits, self.shuffle_seed, self.epoch = (
+            num_rows,
+            num_splits,
+            shuffle_seed,
+            epoch,
+        )
+        self.split_len = num_rows // num_splits
+        count = -(-num_rows // clump)
+        self._clumps = ComputedPermutation(count, 1, shuffle_seed, epoch)
+        self.short_len = num_rows - (count - 1) * clump
+        self.short_at = int(self._clumps.invert(np.array([count - 1], dtype=_U64))[0])
+        self._cut = min(clump, num_rows)  # C >= N is one clump: the same sequence as C = N
+        self.window_len = min(window, self.split_len)  # W >= m is one window per split
+        self._base = mix_scalar((shuffle_seed + epoch * EPOCH_PRIME) ^ WINDOW_TAG)
+
+    def __reduce__(self) -> tuple[type[LocalPermutation], tuple[int, int, int, int, int, int]]:
+        args = (self.num_rows, self.num_splits, self.shuffle_seed, self.epoch, self.clump, self.window)
+        return (type(self), args)
+
+    def __repr__(self) -> str:
+        return (
+            f"LocalPermutation(num_rows={self.num_rows}, num_splits={self.num_splits}, "
+            f"shuffle_seed={self.shuffle_seed}, epoch={self.epoch}, clump={self.clump}, window={self.window})"
+        )
+
+    @property
+    def clump_count(self) -> int:
+        return self._clumps.num_rows
+
+    @property
+    def window_count(self) -> int:
+        """Windows per split, ``ceil(m / W)``."""
+        return -(-self.split_len // self.window_len)
+
+    @property
+    def fingerprint(self) -> str:
+        """Identifies the algorithm and the six parameters."""
+        return (
+            f"{ALGORITHM}:rows={self.num_rows}:splits={self.num_splits}:seed={self.shuffle_seed}"
+            f":epoch={self.epoch}:clump={self.clump}:window={self.window}"
+        )
+
+    def window_size(self, q: int) -> int:
+        """``min(W, m - q*W)``."""
+        if not 0 <= q < self.window_count:
+            raise ValueError(f"window {q} outside [0, {self.window_count})")
+        return min(self.window_len, self.split_len - q * self.window_len)
+
+    # ------------------------------------------------------------ the clumped sequence
+
+    def sequence(self, indices: np.ndarray) -> np.ndarray:
+        """``Q[i]`` of every element (uint64, each in ``[0, num_rows)``)."""
+        i = np.asarray(indices, dtype=_U64)
+        if self.clump_count == 1:
+            return i.copy()
+        c, t, r = self._cut, self.short_at, self.short_len
+        cut = _U64(c)
+        before, short = i < _U64(t * c), _below(i, t * c + r)
+        short &= ~before
+        after = ~(before | short)
+        out = np.empty_like(i)
+        k = np.empty_like(i)
+        off = np.empty_like(i)
+        k[before], off[before] = i[before] // cut, i[before] % cut
+        shifted = i[after] - _U64(r)
+        k[after], off[after] = shifted // cut + _U64(1), shifted % cut
+        full = ~short
+        out[full] = self._clumps.apply(k[full]) * cut + off[full]
+        out[short] = i[short] - _U64(t * c) + _U64((self.clump_count - 1) * c)
+        return out
+
+    def sequence_inverse(self, positions: np.ndarray) -> np.ndarray:
+        """``Q^-1(y)`` of every element."""
+        y = np.asarray(positions, dtype=_U64)
+        if self.clump_count == 1:
+            return y.copy()
+        cut = _U64(self._cut)
+        k = self._clumps.invert(y // cut)
+        off = y % cut
+        late = k > _U64(self.short_at)
+        out = k * cut + off
+        out[late] = (k[late] - _U64(1)) * cut + _U64(self.short_len) + off[late]
+        return out
+
+    # ------------------------------------------------------------ windows
+
+    def _offsets(self, split: np.ndarray, j: np.ndarray, inverse: bool) -> np.ndarray:
+        """Split position ``j`` (window ``q``, offset ``o``) -> ``q*W + sigma^{+-1}_{split,q}(o)``."""
+        width = self.window_len
+        if width >= MAX_SIZE:  # one window of 2**64 positions (N = 2**64, S = 1)
+            q, o = np.zeros_like(j), j.copy()
+        else:
+            q, o = j // _U64(width), j % _U64(width)
+        keys = _window_keys(self._base, split, q)
+        last = self.window_count - 1
+        tail = self.split_len - last * width
+        short = (q == _U64(last)) if tail < width else np.zeros(j.shape, dtype=bool)
+        out = np.empty_like(j)
+        for mask, size in ((~short, width), (short, tail)):
+            if mask.any():
+                out[mask] = _sigma(keys[:, mask], size, o[mask], inverse)
+        if width < MAX_SIZE:
+            out += q * _U64(width)
+        return out
+
+    def positions(self, split: int, first: int, count: int) -> np.ndarray:
+        """Storage positions (uint64) of ``split`` at positions ``first .. first + count - 1``."""
+        if not 0 <= split < self.num_splits:
+            raise ValueError(f"split {split} outside [0, {self.num_splits})")
+        if first < 0 or count < 0 or first + count > self.split_len:
+            raise ValueError(
+                f"positions [{first}, {first + count}) outside the split length {self.split_len}"
+            )
+        j = np.arange(count, dtype=_U64) + _U64(first)
+        splits = np.full(count, split, dtype=_U64)
+        return self.sequence(self._offsets(splits, j, inverse=False) + _U64(split * self.split_len))
+
+    def locate(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(split, position)`` reading each storage position; split ``num_splits`` marks a dropped row."""
+        y = np.asarray(positions, dtype=_U64)
+        if y.size and int(y.max()) >= self.num_rows:
+            raise ValueError(f"position {int(y.max())} outside [0, {self.num_rows})")
+        i = self.sequence_inverse(y)
+        m = self.split_len
+        if m >= MAX_SIZE:
+            split, j = np.zeros_like(i), i
+        else:
+            split, j = np.minimum(i // _U64(m), _U64(self.num_splits)), i % _U64(m)
+        read = split < _U64(self.num_splits)
+        out = np.zeros_like(i)
+        out[read] = self._offsets(split[read], j[read], inverse=True)
+        return split, out
+
+    def runs(self, split: int, q: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(starts, lengths)`` of the runs of contiguous storage positions window ``q`` of ``split`` reads,
+        ascending and merged."""
+        if not 0 <= split < self.num_splits:
+            raise ValueError(f"split {split} outside [0, {self.num_splits})")
+        size = self.window_size(q)
+        first = split * self.split_len + q * self.window_len
+        read = np.sort(self.sequence(np.arange(size, dtype=_U64) + _U64(first)))
+        breaks = np.flatnonzero(np.diff(read) != _U64(1)) + 1
+        starts = np.concatenate(([0], breaks))
+        ends = np.concatenate((breaks, [size]))
+        return read[starts], (ends - starts).astype(_U64)
+
+
+def window_read_order(perm: LocalPermutation, split: int, q: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(ascending storage positions of window q, index into them of each position in read order)``."""
+    wanted = perm.positions(split, q * perm.window_len, perm.window_size(q))
+    order = np.argsort(wanted, kind="stable")
+    back = np.empty_like(order)
+    back[order] = np.arange(order.size)
+    return wanted[order], back
+
+
+def read_window(
+    dataset: Any, perm: LocalPermutation, split: int, q: int, columns: list[str] | None = None
+) -> pa.Table:
+    """The rows window ``q`` of ``split`` reads, in its read order: one ascending ``take`` of its runs.
+
+    ``dataset`` is a ``lance.LanceDataset`` pinned to the version ``num_rows`` was
+    counted at (as for :func:`._computed.read_positions`). A reader holds one
+    window per owned split: ``W`` rows each.
+    """
+    ascending, back = window_read_order(perm, split, q)
+    got = dataset.take(ascending.astype(np.int64), columns=columns)
+    return got.take(pa.array(back))

@@ -77,6 +77,11 @@ INVARIANT_NAMES = (
     "TableVersionPinInv",
     "ProtocolChainProp",
     "SameTopologyResumeProp",
+    # mixtures (predicates in invariants_mixture.py, re-exported below)
+    "MixtureProportionInv",
+    "MixtureLockstepInv",
+    "MixtureElasticDeterminismProp",
+    "MixtureExactlyOnceProp",
 )
 
 
@@ -591,6 +596,18 @@ def AutoBudgetInv(blocks_per_epoch: int, num_splits: int) -> None:
 
 # The save-protocol predicates judge sessions built from the predicates' own building blocks; they
 # live in their own module and join this namespace here, so every invariant has one home.
+from .invariants_mixture import (  # noqa: E402
+    MixtureElasticDeterminismProp as MixtureElasticDeterminismProp,
+)
+from .invariants_mixture import (  # noqa: E402
+    MixtureExactlyOnceProp as MixtureExactlyOnceProp,
+)
+from .invariants_mixture import (  # noqa: E402
+    MixtureLockstepInv as MixtureLockstepInv,
+)
+from .invariants_mixture import (  # noqa: E402
+    MixtureProportionInv as MixtureProportionInv,
+)
 from .invariants_saved import (  # noqa: E402
     LockstepInferenceInv as LockstepInferenceInv,
 )

@@ -183,9 +183,7 @@ def check_data(config: MixtureConfig, data: Sequence[SourceData]) -> None:
         )
         for perm in source.perms.values():
             check_permutation(perm)
-            require(
-                len(perm) == config.num_splits, "mixture_data_mismatch", "a permutation has S splits"
-            )
+            require(len(perm) == config.num_splits, "mixture_data_mismatch", "a permutation has S splits")
         require(
             not config.packed or source.corpus is not None,
             "mixture_data_mismatch",

@@ -14,6 +14,7 @@ from elastic_loader.spec.invariants import INVARIANT_NAMES
 
 from . import bounded_checkpoint as ck
 from . import bounded_computed as cp
+from . import bounded_mixture as mx
 from . import bounded_packing as pk
 from . import bounded_rows as rw
 from . import bounded_saved as sv
@@ -21,6 +22,7 @@ from . import bounded_topology as tp
 from .framework import BoundedCheck, Lemma
 from .smt import LEMMAS as CORE_LEMMAS
 from .smt_computed import LEMMAS as COMPUTED_LEMMAS
+from .smt_mixture import LEMMAS as MIXTURE_LEMMAS
 from .smt_saved import LEMMAS as SAVED_LEMMAS
 
 
@@ -66,10 +68,14 @@ _BOUNDED: tuple[BoundedCheck, ...] = (
     sv.TABLE_PIN,
     sv.PROTOCOL_CHAIN,
     sv.SAME_TOPOLOGY,
+    mx.MIXTURE_PROPORTION,
+    mx.MIXTURE_LOCKSTEP,
+    mx.MIXTURE_ELASTIC,
+    mx.MIXTURE_EXACTLY_ONCE,
 )
 
 
-LEMMAS: tuple[Lemma, ...] = CORE_LEMMAS + COMPUTED_LEMMAS + SAVED_LEMMAS
+LEMMAS: tuple[Lemma, ...] = CORE_LEMMAS + COMPUTED_LEMMAS + SAVED_LEMMAS + MIXTURE_LEMMAS
 
 
 def _build() -> dict[str, InvariantChecks]:

@@ -97,9 +97,11 @@ def test_table_rows_are_consistent() -> None:
         name = row["Name"].strip("`")
         kind = "Inv" if name.endswith("Inv") else "Prop" if name.endswith("Prop") else None
         assert row["Kind"] == kind, f"{name}: kind {row['Kind']!r}, expected {kind!r}"
-        # The predicate is defined in invariants.py or, for the save protocols, invariants_saved.py
-        # (re-exported by invariants.py); the link must name the defining file.
-        links = [f"[`{name}`](../src/elastic_loader/spec/{m}.py)" for m in ("invariants", "invariants_saved")]
+        # The predicate is defined in invariants.py or, for the save protocols and mixtures,
+        # invariants_saved.py / invariants_mixture.py (re-exported by invariants.py); the link must
+        # name the defining file.
+        modules = ("invariants", "invariants_saved", "invariants_mixture")
+        links = [f"[`{name}`](../src/elastic_loader/spec/{m}.py)" for m in modules]
         assert any(link in row["Model predicate"] for link in links), name
         assert f"(../proofs/{name}.md)" in row["Proof"], f"{name}: proof link must be proofs/{name}.md"
         headings = re.findall(rf"^### {name}$", text, re.MULTILINE)

@@ -219,7 +219,8 @@ MIXTURE_ELASTIC = BoundedCheck(
 
 def _chains(rec: Recorder, b: Bounds, lockstep: bool) -> None:
     """Every mixture; a first session on every shape, batch size <= batch, every batch count <=
-    wanted, with the weights kept or reversed at its start; every rank's checkpoint (and the merge)
+    wanted, with the weights kept or changed at its start (the first source's weight plus one);
+    every rank's checkpoint (and the merge)
     resumed by a final session on one rank to the end."""
     for mix in mixtures(rec, b):
         config = mix.config
@@ -227,11 +228,11 @@ def _chains(rec: Recorder, b: Bounds, lockstep: bool) -> None:
             exact_mixture(config, [Regime(0, mix.weights)], initial_mixture_state(config))
         )
         rows_skip = mix.skipping and not config.packed
-        for (ws, nw), bs, n, reverse in itertools.product(
+        for (ws, nw), bs, n, bump in itertools.product(
             _shapes(config.num_splits), range(1, b["batch"] + 1), range(b["wanted"] + 1), (False, True)
         ):
-            rec.at(world_size=ws, num_workers=nw, batch_size=bs, batches=n, reverse=reverse)
-            weights = mix.weights[::-1] if reverse and sum(mix.weights[::-1]) else None
+            rec.at(world_size=ws, num_workers=nw, batch_size=bs, batches=n, new_weights=bump)
+            weights = (mix.weights[0] + 1, *mix.weights[1:]) if bump else None
             first = run_mixture_session(config, mix.data, start, (ws, nw), bs, n, weights, mix.skipping)
             saves = [first.truth] + ([] if rows_skip else list(first.one_rank))
             for saver, saved in enumerate(saves):
@@ -290,8 +291,8 @@ _FULL_CHAINS = {
 _CHAINS = (
     "every mixture of S<={splits}, <={sources} sources, split_len<={split_len}, weights<={weight}, "
     "packed={packed}, skip={skip}, zero weights={zeros}, every on_exhausted; a first session on every "
-    "shape, batch size<={batch}, <={wanted} batches, weights kept or reversed; resumed from the "
-    "merge and from every rank's checkpoint"
+    "shape, batch size<={batch}, <={wanted} batches, weights kept or changed (first weight + 1); "
+    "resumed from the merge and from every rank's checkpoint"
 )
 
 MIXTURE_EXACTLY_ONCE = BoundedCheck(

@@ -417,3 +417,24 @@ def test_skipped_rows_end_the_mixture_where_the_canonical_order_blocks() -> None
     assert run.reason == "source" and len(run.items) == 2
     assert capacity(config, data, 0, 0) == 2
     assert isinstance(run.state_after(2), MixtureState)
+
+
+def _nested_ceilings(k: int, weights: tuple[int, ...]) -> list[int]:
+    """Counts after ``k`` elements when source 0 takes ``ceil(k*w_0/W)`` and the rest are split the
+    same way recursively (the interleave spec/MIXTURES.md compares against)."""
+    if len(weights) == 1:
+        return [k]
+    first = -(-k * weights[0] // sum(weights))
+    return [first, *_nested_ceilings(k - first, weights[1:])]
+
+
+def test_nested_ceiling_interleave_strays_by_more_than_two() -> None:
+    """The peer comparison's claim: nested ceilings keep only the first source within the quota."""
+    weights, k = (7, 1, 1, 7), 5
+    got = _nested_ceilings(k, weights)
+    assert got == [3, 1, 1, 0]
+    assert Fraction(k * weights[3], sum(weights)) - got[3] == Fraction(35, 16)
+    picks = [0] * 4
+    for t in range(k):
+        picks[edf_pick(weights, picks, t, range(4))] += 1
+    assert all(abs(picks[j] * 16 - k * w) < 16 for j, w in enumerate(weights))

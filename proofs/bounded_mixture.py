@@ -279,12 +279,12 @@ _QUICK_CHAINS = {
 _FULL_CHAINS = {
     "splits": 4,
     "sources": 2,
-    "split_len": 2,
+    "split_len": 1,
     "weight": 2,
     "packed": 1,
-    "cycles": 3,
+    "cycles": 2,
     "skip": 1,
-    "batch": 2,
+    "batch": 1,
     "wanted": 2,
     "zeros": 1,
 }

@@ -12,17 +12,21 @@ from dataclasses import dataclass
 
 from elastic_loader.spec.invariants import INVARIANT_NAMES
 
-from . import bounded_checkpoint as ck
-from . import bounded_computed as cp
-from . import bounded_local as lc
-from . import bounded_packing as pk
-from . import bounded_rows as rw
-from . import bounded_saved as sv
-from . import bounded_topology as tp
+from . import (
+    bounded_checkpoint as ck,
+    bounded_computed as cp,
+    bounded_local as lc,
+    bounded_mixture as mx,
+    bounded_packing as pk,
+    bounded_rows as rw,
+    bounded_saved as sv,
+    bounded_topology as tp,
+)
 from .framework import BoundedCheck, Lemma
 from .smt import LEMMAS as CORE_LEMMAS
 from .smt_computed import LEMMAS as COMPUTED_LEMMAS
 from .smt_local import LEMMAS as LOCAL_LEMMAS
+from .smt_mixture import LEMMAS as MIXTURE_LEMMAS
 from .smt_saved import LEMMAS as SAVED_LEMMAS
 
 
@@ -72,10 +76,15 @@ _BOUNDED: tuple[BoundedCheck, ...] = (
     lc.LOCAL_BIJECTION,
     lc.LOCAL_LOCALITY,
     lc.LOCAL_DEGENERACY,
+    # mixtures
+    mx.MIXTURE_PROPORTION,
+    mx.MIXTURE_LOCKSTEP,
+    mx.MIXTURE_ELASTIC,
+    mx.MIXTURE_EXACTLY_ONCE,
 )
 
 
-LEMMAS: tuple[Lemma, ...] = CORE_LEMMAS + COMPUTED_LEMMAS + SAVED_LEMMAS + LOCAL_LEMMAS
+LEMMAS: tuple[Lemma, ...] = CORE_LEMMAS + COMPUTED_LEMMAS + SAVED_LEMMAS + LOCAL_LEMMAS + MIXTURE_LEMMAS
 
 
 def _build() -> dict[str, InvariantChecks]:

@@ -12,8 +12,7 @@ import collections
 from collections.abc import Iterator
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from elastic_loader.spec import computed, cut_splits, invariants
 from elastic_loader.spec.computed import (

@@ -75,6 +75,19 @@ from elastic_loader.spec.local import (
     window_offset_inverse,
     window_size,
 )
+from elastic_loader.spec.mixture import (
+    MixtureConfig,
+    MixtureState,
+    Regime,
+    SourceData,
+    check_data,
+    check_mixture_state,
+    edf_pick,
+    initial_mixture_state,
+    integer_weights,
+    mixture_schedule,
+)
+from elastic_loader.spec.mixture_saved import exact_mixture, load_mixture, merge_mixture, snapshot_mixture
 from elastic_loader.spec.protocols import Protocol, Shape, next_starts, run_session
 from elastic_loader.spec.saved import (
     Cursor,
@@ -123,6 +136,12 @@ COMPUTED = ComputedPermutation(10, 3, 0, 0)
 LOCAL = LocalPermutation(10, 3, 0, 0, 2, 2)
 CORPUS = {r: (r,) for r in range(4)}
 BUFFER = {"tokens": [5], "starts": [0]}
+
+MIX = MixtureConfig(("a", "b"), (C, dataclasses.replace(C, shuffle_seed=1)))
+MIX_DATA = [SourceData({0: PERM}), SourceData({0: cut_splits(range(10, 14), 2)})]
+MIX_REGIMES = [Regime(0, (1, 1))]
+MIX_START = initial_mixture_state(MIX)
+MIX_WIRE = snapshot_mixture(exact_mixture(MIX, MIX_REGIMES, MIX_START))
 
 
 def with_extra(state: dict[str, object], **extra: object) -> dict[str, object]:
@@ -574,6 +593,49 @@ TRIGGERS: list[tuple[str, str, Callable[[], object]]] = [
     ("local_split_out_of_range", "local_runs", lambda: local_runs(LOCAL, -1, 0)),
     ("local_range_out_of_range", "local_index", lambda: local_index(LOCAL, 0, 3)),
     ("local_range_out_of_range", "past the end", lambda: local_positions(LOCAL, 0, 2, 2)),
+    # mixtures
+    ("mixture_no_sources", "MixtureConfig", lambda: MixtureConfig((), ())),
+    ("mixture_names", "MixtureConfig", lambda: MixtureConfig(("a", "a"), (C, C))),
+    (
+        "mixture_num_splits_mismatch",
+        "MixtureConfig",
+        lambda: MixtureConfig(("a", "b"), (C, dataclasses.replace(C, num_splits=4))),
+    ),
+    ("mixture_mode_mismatch", "MixtureConfig", lambda: MixtureConfig(("a", "b"), (C, PC))),
+    ("on_exhausted_invalid", "MixtureConfig", lambda: MixtureConfig(("a",), (C,), on_exhausted="wrap")),
+    ("mixture_cycles_not_positive", "MixtureConfig", lambda: MixtureConfig(("a",), (C,), cycles=0)),
+    ("mixture_cycles_required", "MixtureConfig", lambda: MixtureConfig(("a",), (C,), on_exhausted="cycle")),
+    ("mixture_data_mismatch", "check_data", lambda: check_data(MIX, [MIX_DATA[0], MIX_DATA[0], MIX_DATA[0]])),
+    ("source_epoch_missing", "check_data", lambda: check_data(MIX, [SourceData({1: PERM}), MIX_DATA[1]])),
+    ("proportions_invalid", "integer_weights", lambda: integer_weights([0, 0])),
+    ("regimes_invalid", "check_regimes", lambda: mixture_schedule(MIX, [Regime(1, (1, 1))], MIX_DATA)),
+    ("regime_weights_invalid", "Regime", lambda: Regime(0, (0, 0))),
+    ("picks_inconsistent", "edf_pick", lambda: edf_pick((1, 1), (1, 1), 0, (0, 1))),
+    ("mixture_state_invalid", "MixtureState", lambda: MixtureState((-1, 0), {})),
+    (
+        "mixture_state_invalid",
+        "check_mixture_state",
+        lambda: check_mixture_state(
+            MIX,
+            MIX_DATA,
+            mixture_schedule(MIX, MIX_REGIMES, MIX_DATA),
+            dataclasses.replace(MIX_START, cycles=(1, 0)),
+        ),
+    ),
+    ("mixture_checkpoint_invalid", "format", lambda: load_mixture(MIX, MIX_DATA, dict(MIX_WIRE, format=7))),
+    (
+        "mixture_config_mismatch",
+        "seed",
+        lambda: load_mixture(dataclasses.replace(MIX, seed=5), MIX_DATA, MIX_WIRE),
+    ),
+    (
+        "mixture_merge_mismatch",
+        "regimes",
+        lambda: merge_mixture(
+            MIX_DATA,
+            [exact_mixture(MIX, MIX_REGIMES, MIX_START), exact_mixture(MIX, [Regime(0, (1, 2))], MIX_START)],
+        ),
+    ),
 ]
 
 

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from hypothesis import assume, given
-from hypothesis import strategies as st
+from hypothesis import assume, given, strategies as st
 
 from elastic_loader.spec import (
     Faults,

@@ -12,8 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from elastic_loader.spec import SpecValueError, local
 from elastic_loader.spec.computed import MAX_ROWS, ComputedPermutation, computed_index, computed_splits

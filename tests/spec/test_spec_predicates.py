@@ -10,8 +10,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from hypothesis import assume, given
-from hypothesis import strategies as st
+from hypothesis import assume, given, strategies as st
 
 from elastic_loader.spec import (
     Faults,

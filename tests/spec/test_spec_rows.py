@@ -7,8 +7,7 @@ checkpoints, merges and topology changes.
 
 from __future__ import annotations
 
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from elastic_loader.spec import (
     Exhausted,

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from elastic_loader.spec import cut_splits, group_permutation, owned_splits, rank_splits
 from elastic_loader.spec.invariants import PartitionInv, SplitSizeInv

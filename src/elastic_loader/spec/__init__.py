@@ -24,8 +24,9 @@ batches and commits them; :mod:`.params` says which parameters are rejected and
 with which exception. :mod:`.computed` defines the opt-in computed
 permutation, a keyed bijection of storage positions that is never
 materialised (spec/COMPUTED.md); :mod:`.local` cuts it into clumps and windows so
-reads are contiguous runs (spec/LOCAL.md). :mod:`.invariants` holds one predicate per named
-invariant of ``spec/INVARIANTS.md``.
+reads are contiguous runs (spec/LOCAL.md). :mod:`.mixture` and :mod:`.mixture_saved` model
+mixtures of several sources and their checkpoints (spec/MIXTURES.md). :mod:`.invariants`
+holds one predicate per named invariant of ``spec/INVARIANTS.md``.
 """
 
 from .checkpoint import (
@@ -83,6 +84,35 @@ from .local import (
     window_offset,
     window_offset_inverse,
     window_size,
+)
+from .mixture import (
+    MixtureConfig,
+    MixtureItem,
+    MixtureRun,
+    MixtureState,
+    Regime,
+    Schedule,
+    SourceData,
+    initial_mixture_state,
+    integer_weights,
+    iterate_mixture,
+    mixture_global_steps,
+    mixture_schedule,
+    mixture_topology_steps,
+    run_mixture_loader,
+)
+from .mixture_saved import (
+    MixtureSaved,
+    MixtureSession,
+    exact_mixture,
+    load_mixture,
+    load_mixture_for_rank,
+    merge_mixture,
+    rank_mixture_checkpoint,
+    resolve_mixture,
+    reweighted,
+    run_mixture_session,
+    snapshot_mixture,
 )
 from .packing import (
     Block,
@@ -248,4 +278,30 @@ __all__ = [
     "SpecRuntimeError",
     "SpecTypeError",
     "SpecValueError",
+    # mixtures (spec/MIXTURES.md)
+    "MixtureConfig",
+    "MixtureItem",
+    "MixtureRun",
+    "MixtureState",
+    "Regime",
+    "Schedule",
+    "SourceData",
+    "initial_mixture_state",
+    "integer_weights",
+    "iterate_mixture",
+    "mixture_global_steps",
+    "mixture_schedule",
+    "mixture_topology_steps",
+    "run_mixture_loader",
+    "MixtureSaved",
+    "MixtureSession",
+    "exact_mixture",
+    "load_mixture",
+    "load_mixture_for_rank",
+    "merge_mixture",
+    "rank_mixture_checkpoint",
+    "resolve_mixture",
+    "reweighted",
+    "run_mixture_session",
+    "snapshot_mixture",
 ]

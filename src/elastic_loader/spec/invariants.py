@@ -35,12 +35,18 @@ from .computed import (
 )
 from .errors import InvariantViolation, check as _check
 
-# The local-permutation, packing and save-protocol predicates live in their own modules and join
+# The local-permutation, mixture, packing and save-protocol predicates live in their own modules and join
 # this namespace here, so every invariant has one home and one import path.
 from .invariants_local import (
     LocalBijectionInv as LocalBijectionInv,
     LocalDegeneracyInv as LocalDegeneracyInv,
     LocalLocalityInv as LocalLocalityInv,
+)
+from .invariants_mixture import (
+    MixtureElasticDeterminismProp as MixtureElasticDeterminismProp,
+    MixtureExactlyOnceProp as MixtureExactlyOnceProp,
+    MixtureLockstepInv as MixtureLockstepInv,
+    MixtureProportionInv as MixtureProportionInv,
 )
 from .invariants_packing import (
     AutoBudgetInv as AutoBudgetInv,
@@ -103,6 +109,11 @@ INVARIANT_NAMES = (
     "LocalBijectionInv",
     "LocalLocalityInv",
     "LocalDegeneracyInv",
+    # mixtures (predicates in invariants_mixture.py, re-exported above)
+    "MixtureProportionInv",
+    "MixtureLockstepInv",
+    "MixtureElasticDeterminismProp",
+    "MixtureExactlyOnceProp",
 )
 
 

@@ -55,6 +55,15 @@ NOT_CHECKED: Mapping[str, str] = {
             "SameTopologyResumeProp",
         )
     },
+    **{
+        name: "a mixture invariant: the pipeline has no mixtures yet (spec/MIXTURES.md)"
+        for name in (
+            "MixtureProportionInv",
+            "MixtureLockstepInv",
+            "MixtureElasticDeterminismProp",
+            "MixtureExactlyOnceProp",
+        )
+    },
 }
 """The invariants the machines cannot observe, each with the reason."""
 

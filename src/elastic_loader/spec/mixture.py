@@ -1,0 +1,821 @@
+"""Mixtures: several sources (tables) with weights, scheduled by global cycle (issue 16).
+
+Rules:
+
+* **Sources.** A mixture has ``n >= 1`` sources, each a table of its own with its own permutation,
+  seed, filter, columns and transform (in the model: its own :class:`~.topology.RunConfig`,
+  permutations, faults and documents, :class:`SourceData`), and every source has the same
+  ``num_splits`` ``S``. All sources are in row mode, or all pack with the same ``pack_sequences``.
+* **Global cycles.** The mixture schedules *global cycles* ``u = 0, 1, 2, ...``: global cycle ``u``
+  is one cycle of one source ``k = src(u)``: one item of each of its ``S`` splits (row mode: one
+  row per split; packing: one block per split, so a block never mixes sources). Split ``s`` of the
+  mixture is a *virtual split*: its item ``u`` is the next item of split ``s`` of source ``src(u)``.
+  Everything the single-table model says about splits (catch-up, cycles, canonical order, worker
+  sub-blocks, round-robin delivery) holds for virtual splits, so a global step ``g`` (cycles
+  ``[g*c, (g+1)*c)`` of every virtual split) holds the same items whatever ``world_size`` and
+  ``num_workers`` are.
+* **The schedule** (:func:`mixture_schedule`) is a pure function of the mixture's seed and epoch,
+  its regimes, its ``on_exhausted`` rule and the sources' capacities; it never looks at rows. A
+  *regime* (:class:`Regime`) gives integer weights from a global cycle on. Inside a *segment* (a
+  stretch with one regime and one set of active sources; it starts with zero counts) the source of
+  slot ``t`` is chosen by :func:`edf_pick`: among the sources with ``(t+1)*w_k > W*n_k`` (eligible:
+  served less than their share of ``t+1`` slots), the one whose next deadline
+  ``ceil((n_k+1)*W/w_k)`` is earliest, ties broken by a permutation of the sources drawn from
+  ``random.Random(seed + epoch * EPOCH_PRIME)``. Its counts stay within ``1`` of ``t*w_k/W`` for
+  every prefix and within ``2`` over every window (``MixtureProportionInv``).
+* **Capacity and exhaustion.** A source epoch has ``C`` cycles: the split length in row mode, the
+  per-split block budget when packing. A source *runs out* when it is picked and has used all
+  ``C`` cycles of its current epoch; then ``on_exhausted`` decides: ``"stop"`` ends the mixture's
+  schedule there, ``"cycle"`` starts that source's next epoch (its next permutation, its progress
+  from zero), ``"renormalize"`` starts a new segment at that cycle without the source (it stays out
+  for the rest of the mixture epoch). ``cycles``, when given, ends the schedule after that many
+  global cycles (required with ``"cycle"``, which never ends on its own).
+* **Skipped rows.** The schedule assumes every row is yieldable. When a split of the scheduled
+  source cannot give its row (skipped rows shortened it), the iterator ends there (the canonical
+  order is blocked), as a single table ends early with skipping transforms (R4.3);
+  ``on_exhausted`` applies only to the planned end of a source epoch, which every rank knows.
+* **Progress.** A :class:`MixtureState` holds, per split, the global cycles it delivered
+  (``cycles``), and per source and source epoch the single-table progress of that source epoch
+  (``sources``). For split ``s`` and source ``k`` only the epoch ``k`` is in at ``cycles[s]``
+  carries real values; earlier epochs of ``k`` hold the canonical *finished* value (rows:
+  ``(m, m)``; packed: ``consumed = m``, ``emitted = C``, no buffer: tokens left at the end of a
+  source epoch are dropped, as R6.6 drops them at the end of an epoch) and later ones the initial
+  value. Source epochs every split has left are dropped.
+
+Theory of operation
+-------------------
+:func:`iterate_mixture` is the single-table iterator on virtual splits: lagging splits catch up one
+item at a time in ``(cycles, split)`` order, then each global cycle takes one item of every owned
+split from the scheduled source. Each step calls the single-table model itself
+(:func:`~.rows.iterate_rows` / :func:`~.packing.iterate_packed`) on the scheduled source epoch's
+state, over the split being caught up or over all owned splits (a packed cycle fills every owned
+split, then emits), and keeps the first items. A one-source mixture is therefore exactly its table.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
+from itertools import pairwise
+
+from .errors import SpecValueError, require
+from .packing import Block, PackedRun, PackedState, initial_packed_state, iterate_packed
+from .params import EPOCH_PRIME
+from .rows import (
+    NO_FAULTS,
+    End,
+    Exhausted,
+    Faults,
+    Raised,
+    RowRun,
+    RowState,
+    Yielded,
+    initial_row_state,
+    iterate_rows,
+)
+from .saved import SplitValue, assemble_state, split_value
+from .topology import Permutation, RunConfig, Topology, check_permutation, owned_splits, rank_splits
+
+ON_EXHAUSTED = ("stop", "cycle", "renormalize")
+"""The values of ``on_exhausted``."""
+
+State = RowState | PackedState
+Entries = Mapping[tuple[int, int], State]
+"""``(source, source epoch)`` -> that source epoch's single-table progress."""
+
+
+# ---------------------------------------------------------------- configuration and data
+
+
+@dataclass(frozen=True)
+class MixtureConfig:
+    """What a mixture checkpoint pins: the sources' names and run configurations (each at the
+    source's first epoch in this mixture epoch), the mixture's seed and epoch, ``on_exhausted`` and
+    the optional length ``cycles`` of the mixture epoch in global cycles."""
+
+    names: tuple[str, ...]
+    sources: tuple[RunConfig, ...]
+    seed: int = 0
+    epoch: int = 0
+    on_exhausted: str = "stop"
+    cycles: int | None = None
+
+    def __post_init__(self) -> None:
+        require(len(self.sources) >= 1, "mixture_no_sources", "a mixture needs at least one source")
+        require(
+            len(self.names) == len(self.sources)
+            and len(set(self.names)) == len(self.names)
+            and all(isinstance(n, str) and n for n in self.names),
+            "mixture_names",
+            "every source needs a distinct, non-empty name",
+        )
+        require(
+            len({c.num_splits for c in self.sources}) == 1,
+            "mixture_num_splits_mismatch",
+            "every source of a mixture must have the same num_splits",
+        )
+        packed = {c.packing is not None for c in self.sources}
+        lengths = {c.packing.pack_sequences for c in self.sources if c.packing is not None}
+        require(
+            len(packed) == 1 and len(lengths) <= 1,
+            "mixture_mode_mismatch",
+            "the sources of a mixture are all in row mode, or all pack with the same pack_sequences",
+        )
+        require(
+            self.on_exhausted in ON_EXHAUSTED,
+            "on_exhausted_invalid",
+            f"on_exhausted must be one of {ON_EXHAUSTED}, got {self.on_exhausted!r}",
+        )
+        require(
+            self.cycles is None or self.cycles >= 1,
+            "mixture_cycles_not_positive",
+            "cycles (the mixture epoch's length in global cycles) must be >= 1",
+        )
+        require(
+            self.on_exhausted != "cycle" or self.cycles is not None,
+            "mixture_cycles_required",
+            "on_exhausted='cycle' never runs out: give the mixture epoch's length (cycles)",
+        )
+
+    @property
+    def num_splits(self) -> int:
+        """``S``, common to every source."""
+        return self.sources[0].num_splits
+
+    @property
+    def packed(self) -> bool:
+        """Whether the sources pack sequences."""
+        return self.sources[0].packing is not None
+
+    def source_config(self, source: int, epoch: int) -> RunConfig:
+        """The run configuration of source ``source`` in its epoch ``epoch``."""
+        return replace(self.sources[source], epoch=epoch)
+
+
+@dataclass(frozen=True)
+class SourceData:
+    """The model's inputs for one source: its permutation of every source epoch the mixture may
+    read (keyed by epoch), its transform faults (by row id, the same in every epoch) and, packing,
+    its documents."""
+
+    perms: Mapping[int, Permutation]
+    faults: Faults = NO_FAULTS
+    corpus: Mapping[int, Sequence[int]] | None = None
+
+    def perm(self, epoch: int) -> Permutation:
+        """The permutation of source epoch ``epoch``."""
+        if epoch not in self.perms:
+            raise SpecValueError("source_epoch_missing", f"no permutation for source epoch {epoch}")
+        return self.perms[epoch]
+
+
+def check_data(config: MixtureConfig, data: Sequence[SourceData]) -> None:
+    """Every source has data, every permutation ``S`` equal splits, every packed source documents."""
+    require(len(data) == len(config.sources), "mixture_data_mismatch", "one SourceData per source")
+    for k, source in enumerate(data):
+        require(
+            config.sources[k].epoch in source.perms,
+            "source_epoch_missing",
+            f"source {config.names[k]!r} has no permutation for its first epoch",
+        )
+        for perm in source.perms.values():
+            check_permutation(perm)
+            require(len(perm) == config.num_splits, "mixture_data_mismatch", "a permutation has S splits")
+        require(
+            not config.packed or source.corpus is not None,
+            "mixture_data_mismatch",
+            "a packed source needs its documents",
+        )
+
+
+def capacity(config: MixtureConfig, data: Sequence[SourceData], source: int, epoch: int) -> int:
+    """``C``: the cycles of a source epoch (split length; packing: blocks per split)."""
+    packing = config.sources[source].packing
+    if packing is not None:
+        return packing.blocks_per_split(config.num_splits)
+    return len(data[source].perm(epoch)[0])
+
+
+def integer_weights(proportions: Sequence[float | int | Fraction], resolution: int = 1000) -> tuple[int, ...]:
+    """Integer weights summing to ``resolution`` for non-negative ``proportions`` (any scale).
+
+    Largest remainders (Hamilton's method) on the exact values; ties go to the earlier source.
+    """
+    require(resolution >= 1, "proportions_invalid", "resolution must be >= 1")
+    exact = [Fraction(p) for p in proportions]
+    require(
+        len(exact) >= 1 and all(p >= 0 for p in exact) and sum(exact) > 0,
+        "proportions_invalid",
+        "proportions are non-negative and not all zero",
+    )
+    total = sum(exact)
+    quotas = [p * resolution / total for p in exact]
+    floors = [int(q) for q in quotas]
+    rest = resolution - sum(floors)
+    order = sorted(range(len(exact)), key=lambda k: (-(quotas[k] - floors[k]), k))
+    for k in order[:rest]:
+        floors[k] += 1
+    return tuple(floors)
+
+
+# ---------------------------------------------------------------- regimes and the schedule
+
+
+@dataclass(frozen=True)
+class Regime:
+    """Integer weights, one per source, from global cycle ``start`` on (a curriculum step)."""
+
+    start: int
+    weights: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        require(self.start >= 0, "regimes_invalid", "a regime starts at a global cycle >= 0")
+        require(
+            all(isinstance(w, int) and not isinstance(w, bool) and w >= 0 for w in self.weights)
+            and sum(self.weights) >= 1,
+            "regime_weights_invalid",
+            "weights are non-negative ints, not all zero",
+        )
+
+
+def check_regimes(config: MixtureConfig, regimes: Sequence[Regime]) -> None:
+    """The first regime starts at cycle 0, starts increase strictly, one weight per source."""
+    require(len(regimes) >= 1 and regimes[0].start == 0, "regimes_invalid", "the first regime starts at 0")
+    require(
+        all(a.start < b.start for a, b in pairwise(regimes)),
+        "regimes_invalid",
+        "regime starts must increase strictly",
+    )
+    require(
+        all(len(r.weights) == len(config.sources) for r in regimes),
+        "regime_weights_invalid",
+        "a regime has one weight per source",
+    )
+
+
+def tie_order(config: MixtureConfig) -> tuple[int, ...]:
+    """The permutation of the sources that breaks deadline ties (earlier wins)."""
+    order = list(range(len(config.sources)))
+    random.Random(config.seed + config.epoch * EPOCH_PRIME).shuffle(order)
+    return tuple(order)
+
+
+def edf_pick(weights: Sequence[int], picks: Sequence[int], slot: int, order: Sequence[int]) -> int:
+    """The source of slot ``slot`` of a segment whose sources were picked ``picks`` times so far.
+
+    Eligible: ``(slot+1)*w > W*picks`` (served less than its share of ``slot+1`` slots). Among them
+    the earliest deadline ``ceil((picks+1)*W/w)``, ties to the earliest in ``order``. One is always
+    eligible when ``sum(picks) == slot`` (``MixtureProportionInv``, lemma ``eligible_exists``).
+    """
+    require(len(weights) == len(picks) == len(order), "list_length", "one weight and count per source")
+    require(sum(picks) == slot and slot >= 0, "picks_inconsistent", "a segment picked one source per slot")
+    total = sum(weights)
+    best: tuple[int, int] | None = None
+    for k in order:
+        w = weights[k]
+        if w == 0 or (slot + 1) * w <= total * picks[k]:
+            continue
+        deadline = -(-(picks[k] + 1) * total // w)
+        if best is None or deadline < best[0]:
+            best = (deadline, k)
+    assert best is not None, "no eligible source although sum(picks) == slot"
+    return best[1]
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Global cycle ``u`` of the schedule: cycle ``index`` of source ``source`` in its epoch ``epoch``."""
+
+    source: int
+    epoch: int
+    index: int
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Global cycles ``[start, end)`` scheduled with ``weights`` (0 for inactive sources) from zero
+    counts."""
+
+    start: int
+    end: int
+    weights: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Every global cycle of a mixture epoch, its segments, and why it ends (``"cycles"``: the
+    configured length; ``"stop"``: a source ran out; ``"exhausted"``: no source with weight left)."""
+
+    slots: tuple[Slot, ...]
+    segments: tuple[Segment, ...]
+    end: str
+    at: tuple[tuple[tuple[int, int], ...], ...] = field(repr=False, compare=False, default=())
+    """``at[u][k]``: ``(epoch, cycles used in it)`` of source ``k`` after the first ``u`` slots."""
+
+    def source_at(self, u: int, source: int) -> tuple[int, int]:
+        """Source ``source``'s ``(epoch, cycles used in that epoch)`` after global cycle ``u - 1``."""
+        return self.at[u][source]
+
+
+def _where(config: MixtureConfig, slots: Sequence[Slot]) -> tuple[tuple[tuple[int, int], ...], ...]:
+    row = tuple((c.epoch, 0) for c in config.sources)
+    out = [row]
+    for slot in slots:
+        e, used = row[slot.source]
+        now = (slot.epoch, used + 1) if slot.epoch == e else (slot.epoch, 1)
+        row = (*row[: slot.source], now, *row[slot.source + 1 :])
+        out.append(row)
+    return tuple(out)
+
+
+def mixture_schedule(
+    config: MixtureConfig, regimes: Sequence[Regime], data: Sequence[SourceData]
+) -> Schedule:
+    """The schedule of the mixture epoch: which source epoch's cycle every global cycle is."""
+    check_regimes(config, regimes)
+    check_data(config, data)
+    order, n = tie_order(config), len(config.sources)
+    epochs = [c.epoch for c in config.sources]
+    used, picks = [0] * n, [0] * n
+    removed: set[int] = set()
+    slots: list[Slot] = []
+    segments: list[Segment] = []
+    regime, seg_start, u = 0, 0, 0
+
+    def weights() -> tuple[int, ...]:
+        return tuple(0 if k in removed else w for k, w in enumerate(regimes[regime].weights))
+
+    def close(at: int) -> None:
+        if at > seg_start:
+            segments.append(Segment(seg_start, at, weights()))
+
+    while True:
+        if config.cycles is not None and u >= config.cycles:
+            end = "cycles"
+            break
+        if regime + 1 < len(regimes) and regimes[regime + 1].start == u:
+            close(u)
+            regime, seg_start, picks = regime + 1, u, [0] * n
+        active = weights()
+        if sum(active) == 0:
+            end = "exhausted"
+            break
+        k = edf_pick(active, picks, u - seg_start, order)
+        if used[k] == capacity(config, data, k, epochs[k]):
+            if config.on_exhausted == "stop":
+                end = "stop"
+                break
+            if config.on_exhausted == "cycle":
+                epochs[k], used[k] = epochs[k] + 1, 0
+                capacity(config, data, k, epochs[k])  # the next epoch must exist
+            else:
+                close(u)
+                removed.add(k)
+                seg_start, picks = u, [0] * n
+                continue
+        slots.append(Slot(k, epochs[k], used[k]))
+        used[k] += 1
+        picks[k] += 1
+        u += 1
+    close(u)
+    return Schedule(tuple(slots), tuple(segments), end, _where(config, slots))
+
+
+# ---------------------------------------------------------------- progress
+
+
+@dataclass(frozen=True)
+class MixtureState:
+    """Per split the global cycles it delivered; per ``(source, epoch)`` that source epoch's
+    progress (see the module rules for which values are real)."""
+
+    cycles: tuple[int, ...]
+    sources: Entries
+
+    def __post_init__(self) -> None:
+        require(all(g >= 0 for g in self.cycles), "mixture_state_invalid", "cycles are >= 0")
+        require(
+            all(len(_counts(st)) == len(self.cycles) for st in self.sources.values()),
+            "list_length",
+            "every source epoch's progress has one entry per split",
+        )
+
+
+def _counts(state: State) -> tuple[int, ...]:
+    return state.samples if isinstance(state, RowState) else state.emitted
+
+
+def _empty(config: MixtureConfig) -> State:
+    n = config.num_splits
+    return initial_packed_state(n) if config.packed else initial_row_state(n)
+
+
+def initial_mixture_state(config: MixtureConfig) -> MixtureState:
+    """The state of a mixture epoch before anything is read."""
+    entries = {(k, c.epoch): _empty(config) for k, c in enumerate(config.sources)}
+    return MixtureState((0,) * config.num_splits, entries)
+
+
+def finished_value(config: MixtureConfig, data: Sequence[SourceData], source: int, epoch: int) -> SplitValue:
+    """The canonical value of a split that has left source epoch ``epoch`` of ``source``."""
+    m = len(data[source].perm(epoch)[0])
+    if config.packed:
+        return SplitValue(m, capacity(config, data, source, epoch))
+    return SplitValue(m, m)
+
+
+def expected_count(schedule: Schedule, source: int, epoch: int, cycles: int, cap: int) -> int:
+    """The count a split that delivered ``cycles`` global cycles has in ``(source, epoch)``."""
+    current, used = schedule.source_at(cycles, source)
+    if epoch < current:
+        return cap
+    return used if epoch == current else 0
+
+
+def rebuild(
+    config: MixtureConfig,
+    data: Sequence[SourceData],
+    schedule: Schedule,
+    cycles: Sequence[int],
+    current: Callable[[int, int, int], SplitValue | None],
+) -> MixtureState:
+    """The canonical state for ``cycles``: for split ``s`` and source ``k``, ``current(k, e, s)``
+    (``None``: initial) in the epoch ``e`` it is in, finished before, initial after; only the epochs
+    some split is in, or between two such."""
+    entries: dict[tuple[int, int], State] = {}
+    zero = split_value(_empty(config), 0)
+    for k in range(len(config.sources)):
+        where = [schedule.source_at(g, k)[0] for g in cycles]
+        for e in range(min(where), max(where) + 1):
+            values = []
+            for s, at in enumerate(where):
+                if e < at:
+                    values.append(finished_value(config, data, k, e))
+                elif e > at:
+                    values.append(zero)
+                else:
+                    values.append(current(k, e, s) or zero)
+            entries[(k, e)] = assemble_state(_empty(config), values)
+    return MixtureState(tuple(cycles), entries)
+
+
+def value_in(state: MixtureState, source: int, epoch: int, split: int) -> SplitValue | None:
+    """Split ``split``'s stored value in ``(source, epoch)`` (``None`` when the entry is absent)."""
+    entry = state.sources.get((source, epoch))
+    return None if entry is None else split_value(entry, split)
+
+
+def check_mixture_state(
+    config: MixtureConfig, data: Sequence[SourceData], schedule: Schedule, state: MixtureState
+) -> None:
+    """A state is canonical for its cycles: it equals :func:`rebuild` of itself, and every count
+    is the one the schedule gives (``mixture_state_invalid`` otherwise)."""
+    require(len(state.cycles) == config.num_splits, "list_length", "one global cycle count per split")
+    require(
+        all(g <= len(schedule.slots) for g in state.cycles),
+        "mixture_state_invalid",
+        "a split delivered more global cycles than the schedule has",
+    )
+    again = rebuild(config, data, schedule, state.cycles, lambda k, e, s: value_in(state, k, e, s))
+    require(again == state, "mixture_state_invalid", "the source progress does not match the schedule")
+    for (k, e), entry in state.sources.items():
+        cap = capacity(config, data, k, e)
+        want = tuple(expected_count(schedule, k, e, g, cap) for g in state.cycles)
+        require(
+            _counts(entry) == want,
+            "mixture_state_invalid",
+            f"source {config.names[k]!r} epoch {e}: counts {_counts(entry)} where the schedule gives {want}",
+        )
+
+
+# ---------------------------------------------------------------- iteration
+
+
+@dataclass(frozen=True)
+class MixtureItem:
+    """One item of a mixture: global cycle ``cycle``, from ``source``'s epoch ``epoch``."""
+
+    cycle: int
+    source: int
+    epoch: int
+    item: Yielded | Block
+
+    @property
+    def split(self) -> int:
+        """The (virtual) split it belongs to."""
+        return self.item.split
+
+
+@dataclass(frozen=True)
+class MixtureRun:
+    """Everything one mixture iterator yields; ``states[i]`` is the state right after ``items[i]``.
+
+    ``reason``: ``"schedule"`` (the schedule ended), ``"source"`` (a split of the scheduled source
+    had no row left: skipped rows) or ``"raised"``.
+    """
+
+    start: MixtureState
+    items: tuple[MixtureItem, ...]
+    states: tuple[MixtureState, ...]
+    end: End
+    reason: str
+
+    def state_after(self, n: int) -> MixtureState:
+        """The state after the consumer received ``n`` items."""
+        require(0 <= n <= len(self.items), "prefix_out_of_range", "cannot consume more items than yielded")
+        return self.start if n == 0 else self.states[n - 1]
+
+
+def _source_items(
+    config: MixtureConfig,
+    data: Sequence[SourceData],
+    source: int,
+    epoch: int,
+    splits: tuple[int, ...],
+    state: State,
+    limit: int | None = None,
+) -> tuple[list[Yielded | Block], list[State], End]:
+    """The single-table model's items over ``splits`` of one source epoch from ``state`` (the first
+    ``limit`` of them), the state after each, and how that run ends."""
+    src = data[source]
+    perm = src.perm(epoch)
+    run: RowRun | PackedRun
+    if isinstance(state, PackedState):
+        packing = config.sources[source].packing
+        assert packing is not None and src.corpus is not None
+        run = iterate_packed(perm, src.corpus, src.faults, splits, packing, state)
+        got: list[Yielded | Block] = list(run.blocks[:limit])
+    else:
+        run = iterate_rows(perm, src.faults, splits, state)
+        got = list(run.rows[:limit])
+    return got, [run.state_after(i + 1) for i in range(len(got))], run.end
+
+
+def iterate_mixture(
+    config: MixtureConfig,
+    regimes: Sequence[Regime],
+    data: Sequence[SourceData],
+    owned: Sequence[int],
+    state: MixtureState,
+    schedule: Schedule | None = None,
+) -> MixtureRun:
+    """Run one mixture iterator over ``owned`` splits from ``state`` to its end (catch-up, then
+    global cycles)."""
+    schedule = schedule or mixture_schedule(config, regimes, data)
+    require(len(state.cycles) == config.num_splits, "list_length", "one global cycle count per split")
+    require(
+        list(owned) == sorted(set(owned)), "owned_not_sorted", "owned splits must be ascending and unique"
+    )
+    cycles, entries = list(state.cycles), dict(state.sources)
+    items: list[MixtureItem] = []
+    states: list[MixtureState] = []
+
+    def step(splits: tuple[int, ...], u: int) -> MixtureRun | None:
+        if u >= len(schedule.slots):
+            return MixtureRun(state, tuple(items), tuple(states), Exhausted(), "schedule")
+        slot = schedule.slots[u]
+        key = (slot.source, slot.epoch)
+        entry = entries[key] if key in entries else _empty(config)
+        got, after, end = _source_items(config, data, *key, splits, entry, len(splits))
+        if len(got) < len(splits):
+            reason = "raised" if isinstance(end, Raised) else "source"
+            return MixtureRun(state, tuple(items), tuple(states), end, reason)
+        for s, item, moved in zip(splits, got, after):
+            cycles[s] += 1
+            entries[key] = moved
+            snapshot = rebuild(config, data, schedule, cycles, lambda k, e, x: _stored(entries, k, e, x))
+            entries.clear()
+            entries.update(snapshot.sources)
+            items.append(MixtureItem(u, slot.source, slot.epoch, item))
+            states.append(snapshot)
+        return None
+
+    if not owned:
+        return MixtureRun(state, (), (), Exhausted(), "schedule")
+    top = max(cycles[s] for s in owned)
+    lagging = [(cycles[s], s) for s in owned if cycles[s] < top]
+    heapq.heapify(lagging)
+    while lagging:
+        count, s = heapq.heappop(lagging)
+        done = step((s,), count)
+        if done is not None:
+            return done
+        if count + 1 < top:
+            heapq.heappush(lagging, (count + 1, s))
+    while True:
+        done = step(tuple(owned), cycles[owned[0]])
+        if done is not None:
+            return done
+
+
+# ---------------------------------------------------------------- the loader and global steps
+
+
+@dataclass(frozen=True)
+class MixtureDelivery:
+    """One batch as the trainer receives it, with the parent's state after committing it."""
+
+    worker: int
+    index: int
+    items: tuple[MixtureItem, ...]
+    committed: MixtureState
+
+
+@dataclass(frozen=True)
+class MixtureLoaderRun:
+    """Every batch one rank's loader over a mixture delivers, and how it ends."""
+
+    start: MixtureState
+    deliveries: tuple[MixtureDelivery, ...]
+    error: Raised | None
+    rotation: int = 0
+    num_workers: int = 0
+
+    def next_role_after(self, n: int) -> int:
+        """The role whose batch comes next once the trainer received ``n`` batches."""
+        require(0 <= n <= len(self.deliveries), "prefix_out_of_range", "cannot receive more batches")
+        if self.num_workers <= 1:
+            return 0
+        if n == 0:
+            return self.rotation
+        return (self.deliveries[n - 1].worker + 1 + self.rotation) % self.num_workers
+
+    def state_after(self, n: int) -> MixtureState:
+        """The parent's state after the trainer received ``n`` batches."""
+        require(0 <= n <= len(self.deliveries), "prefix_out_of_range", "cannot receive more batches")
+        return self.start if n == 0 else self.deliveries[n - 1].committed
+
+
+Batch = tuple[int, int, tuple[MixtureItem, ...], MixtureState]
+
+
+def _deliver(runs: Sequence[MixtureRun], batch_size: int) -> tuple[list[Batch], Raised | None]:
+    """Torch's in-order round robin over worker runs (as :func:`~.loader.deliver_batches`)."""
+    require(batch_size >= 1, "batch_size_not_positive", "batch_size must be >= 1")
+    batches: list[Batch] = []
+    errors: list[tuple[int, int, Raised]] = []
+    for w, run in enumerate(runs):
+        full, rest = divmod(len(run.items), batch_size)
+        for j in range(full):
+            part = run.items[j * batch_size : (j + 1) * batch_size]
+            batches.append((w, j, part, run.state_after((j + 1) * batch_size)))
+        if isinstance(run.end, Raised):
+            errors.append((full, w, run.end))
+        elif rest:
+            batches.append((w, full, run.items[full * batch_size :], run.state_after(len(run.items))))
+    ordered = sorted(batches, key=lambda b: (b[1], b[0]))
+    if not errors:
+        return ordered, None
+    j, w, error = min(errors, key=lambda e: (e[0], e[1]))
+    return [b for b in ordered if (b[1], b[0]) < (j, w)], error
+
+
+def _stored(entries: Entries, source: int, epoch: int, split: int) -> SplitValue | None:
+    entry = entries.get((source, epoch))
+    return None if entry is None else split_value(entry, split)
+
+
+def split_key(schedule: Schedule, state: MixtureState, split: int) -> tuple[int, int, int]:
+    """How far ``split`` is: its global cycles, then its count and second value (row positions;
+    packed: consumed documents, a fill) in the source epoch of its next global cycle."""
+    g = state.cycles[split]
+    if g >= len(schedule.slots):
+        return g, 0, 0
+    slot = schedule.slots[g]
+    entry = state.sources.get((slot.source, slot.epoch))
+    if entry is None:
+        return g, 0, 0
+    if isinstance(entry, PackedState):
+        return g, entry.emitted[split], entry.consumed[split]
+    return g, entry.samples[split], entry.positions[split]
+
+
+def join_mixture(
+    config: MixtureConfig,
+    data: Sequence[SourceData],
+    schedule: Schedule,
+    states: Sequence[MixtureState],
+) -> MixtureState:
+    """Per split, every value from the state where the split is furthest (:func:`split_key`; the
+    first of equals)."""
+    require(len(states) > 0, "merge_empty", "joining needs at least one state")
+    chosen: list[MixtureState] = []
+    for s in range(config.num_splits):
+        chosen.append(max(states, key=lambda st: split_key(schedule, st, s)))
+    return rebuild(
+        config,
+        data,
+        schedule,
+        [chosen[s].cycles[s] for s in range(config.num_splits)],
+        lambda k, e, s: value_in(chosen[s], k, e, s),
+    )
+
+
+def run_mixture_loader(
+    config: MixtureConfig,
+    regimes: Sequence[Regime],
+    data: Sequence[SourceData],
+    topology: Topology,
+    parent: MixtureState,
+    batch_size: int,
+    rotation: int = 0,
+) -> MixtureLoaderRun:
+    """One rank's loader over ``topology.num_workers`` workers from ``parent`` (torch worker ``w``
+    plays role ``(w + rotation) % num_workers``); every delivered batch is committed (joined)."""
+    nw = topology.num_workers
+    require(0 <= rotation < max(1, nw), "rotation_out_of_range", "rotation must be in [0, num_workers)")
+    rank_splits(config.num_splits, topology.world_size, topology.rank)
+    schedule = mixture_schedule(config, regimes, data)
+    runs = []
+    for w in range(max(1, nw)):
+        role = (w + rotation) % max(1, nw)
+        owned = owned_splits(config.num_splits, Topology(topology.world_size, topology.rank, nw, role))
+        runs.append(iterate_mixture(config, regimes, data, owned, parent, schedule))
+    ordered, error = _deliver(runs, batch_size)
+    deliveries: list[MixtureDelivery] = []
+    current = parent
+    for w, j, items, snapshot in ordered:
+        current = join_mixture(config, data, schedule, [current, snapshot])
+        deliveries.append(MixtureDelivery(w, j, items, current))
+    return MixtureLoaderRun(parent, tuple(deliveries), error, rotation, nw)
+
+
+MixtureKey = tuple[object, ...]
+
+
+def item_key(item: MixtureItem) -> MixtureKey:
+    """What identifies an item: global cycle, source, source epoch, split, then its position (rows)
+    or its tokens and document ids (packed)."""
+    inner = item.item
+    if isinstance(inner, Yielded):
+        return (item.cycle, item.source, item.epoch, inner.split, inner.position)
+    return (item.cycle, item.source, item.epoch, inner.split, inner.input_ids, inner.doc_ids)
+
+
+def source_items(
+    config: MixtureConfig, data: Sequence[SourceData], source: int, epoch: int, split: int
+) -> tuple[Yielded | Block, ...]:
+    """Split ``split``'s items in source epoch ``(source, epoch)`` from its start, in order: its
+    yieldable rows (before its first raising row) or its blocks."""
+    got, _, _ = _source_items(config, data, source, epoch, (split,), _empty(config))
+    return tuple(got)
+
+
+def mixture_global_steps(
+    config: MixtureConfig, regimes: Sequence[Regime], data: Sequence[SourceData], cycles_per_step: int
+) -> tuple[frozenset[MixtureKey], ...]:
+    """Topology-free global steps: step ``g`` holds global cycles ``[g*c, (g+1)*c)`` of every split,
+    cycle ``u`` of split ``s`` being item ``index`` of split ``s`` of the scheduled source epoch.
+    Only complete steps (every split has every item) are listed."""
+    require(cycles_per_step >= 1, "cycles_per_step_not_positive", "cycles_per_step must be >= 1")
+    schedule = mixture_schedule(config, regimes, data)
+    cache: dict[tuple[int, int, int], tuple[Yielded | Block, ...]] = {}
+    per_split: list[list[MixtureItem]] = []
+    for s in range(config.num_splits):
+        mine: list[MixtureItem] = []
+        for u, slot in enumerate(schedule.slots):
+            key = (slot.source, slot.epoch, s)
+            if key not in cache:
+                cache[key] = source_items(config, data, slot.source, slot.epoch, s)
+            if slot.index >= len(cache[key]):
+                break
+            mine.append(MixtureItem(u, slot.source, slot.epoch, cache[key][slot.index]))
+        per_split.append(mine)
+    c = cycles_per_step
+    steps = min(len(m) for m in per_split) // c
+    return tuple(
+        frozenset(item_key(i) for mine in per_split for i in mine[g * c : (g + 1) * c]) for g in range(steps)
+    )
+
+
+def mixture_topology_steps(
+    config: MixtureConfig,
+    regimes: Sequence[Regime],
+    data: Sequence[SourceData],
+    world_size: int,
+    num_workers: int,
+    cycles_per_step: int,
+) -> tuple[frozenset[MixtureKey], ...]:
+    """Global steps as a ``world_size`` x ``num_workers`` job sees them from the epoch start: each
+    rank's step ``g`` is its ``max(1, nw)`` worker batches of index ``g`` (``(K/nw)*c`` items each)."""
+    k = config.num_splits // world_size
+    nw = max(1, num_workers)
+    batch = (k // nw) * cycles_per_step
+    per_rank: list[list[tuple[MixtureItem, ...]]] = []
+    for r in range(world_size):
+        run = run_mixture_loader(
+            config, regimes, data, Topology(world_size, r, num_workers), initial_mixture_state(config), batch
+        )
+        full = [d for d in run.deliveries if len(d.items) == batch]
+        steps: list[tuple[MixtureItem, ...]] = []
+        for g in range(len(full) // nw):
+            group = full[g * nw : (g + 1) * nw]
+            if [d.index for d in group] != [g] * nw:
+                break
+            steps.append(tuple(i for d in group for i in d.items))
+        per_rank.append(steps)
+    count = min(len(steps) for steps in per_rank)
+    return tuple(frozenset(item_key(i) for steps in per_rank for i in steps[g]) for g in range(count))

@@ -209,6 +209,8 @@ def check_buffers(state: PackedState, eos: int) -> None:
             problem = "buffers more documents than it consumed"
         elif tokens[-1] != eos or any(tokens[x - 1] != eos for x in starts if x > 0):
             problem = "holds a buffer that is not whole documents each followed by eos_id"
+        elif min(tokens) < -(2**63) or max(tokens) >= 2**63:
+            problem = "holds a token that is not an int64 value"
         if problem:
             raise ValueError(f"pack_buffers: split {split} {problem}; no run writes such a checkpoint")
 

@@ -155,6 +155,10 @@ class Config:
     sync_epoch_end: bool = True
     stop_after: int | None = None
     step_sleep: float = 0.0
+    save: str = "merged"
+    """``merged``: every rank's state merged over the group (``merged_state_dict``); ``rank0``: rank 0
+    saves its own ``state_dict()`` alone, as Lightning does (no collective; the other ranks' splits
+    are inferred, the ranks being in lockstep)."""
 
 
 @dataclass
@@ -343,7 +347,10 @@ def train(config: Config) -> Summary:
             step += 1
             samples += len(ids)
             union = world.gather_ids(ids)
-            state = merged_state_dict(dataset)
+            if config.save == "merged":
+                state = merged_state_dict(dataset)
+            else:
+                state = dataset.state_dict() if world.rank == 0 else None
             if log is not None:
                 log.write({"step": step, "epoch": epoch, "ids": union, "time": time.time()})
                 save_checkpoint(
@@ -397,6 +404,12 @@ def parse_args(argv: list[str] | None = None) -> Config:
     parser.add_argument("--no-sync-epoch-end", action="store_true", help="let ranks end epochs independently")
     parser.add_argument("--stop-after", type=int, default=None, help="stop cleanly after this global step")
     parser.add_argument("--step-sleep", type=float, default=0.0, help="seconds of simulated compute per step")
+    parser.add_argument(
+        "--save",
+        choices=("merged", "rank0"),
+        default="merged",
+        help="merge every rank's state, or let rank 0 save its own state_dict() alone",
+    )
     args = parser.parse_args(argv)
     return Config(
         db=args.db,
@@ -414,6 +427,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
         sync_epoch_end=not args.no_sync_epoch_end,
         stop_after=args.stop_after,
         step_sleep=args.step_sleep,
+        save=args.save,
     )
 
 

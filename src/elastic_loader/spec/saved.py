@@ -60,6 +60,7 @@ from .checkpoint import (
 )
 from .errors import SpecValueError, require
 from .packing import PackBuffer, PackedState, iterate_packed
+from .params import INT64_MAX, INT64_MIN
 from .rows import Faults, RowState
 from .schedule import canonical_capacity, canonical_counts, next_worker, round_robin_turns
 from .topology import Permutation, RunConfig, Topology, owned_splits, rank_splits
@@ -323,6 +324,11 @@ def check_buffers_reachable(config: RunConfig, state: PackedState) -> None:
             f"split {s} buffers more documents than it consumed",
         )
         require(buffer.tokens[-1] == eos, "buffer_unreachable", f"split {s}: a buffer ends with eos_id")
+        require(
+            all(INT64_MIN <= t <= INT64_MAX for t in buffer.tokens),
+            "buffer_unreachable",
+            f"split {s}: buffer tokens are int64 values",
+        )
         require(
             all(buffer.tokens[x - 1] == eos for x in buffer.starts if x > 0),
             "buffer_unreachable",

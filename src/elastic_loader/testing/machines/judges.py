@@ -37,10 +37,10 @@ from .sessions import Session, Slot, lineage
 NOT_CHECKED: Mapping[str, str] = {
     "SplitSizeInv": "a property of the storage backend's permutation, which implementation and spec share",
     "ComputedBijectionInv": "a property of the opt-in computed permutation, which StreamingDataset "
-    "does not read yet; tests/pipeline/test_pipe_computed.py compares the pipeline's with the spec's",
+    "does not read yet; tests/pipeline/reading/test_pipe_computed.py compares the pipeline's with the spec's",
     "TableVersionPinInv": "the machines' tables never change inside an example, so a resume cannot read "
     "another version than its checkpoint's (the pin a checkpoint records is compared with the spec's, "
-    "under CheckpointRoundTripInv); tests/pipeline/test_pipe_protocols.py appends, deletes and updates "
+    "under CheckpointRoundTripInv); tests/pipeline/checkpoint/test_pipe_protocols.py appends, deletes and updates "
     "rows after a save and cleans old versions up",
 }
 """The invariants the machines cannot observe, each with the reason."""

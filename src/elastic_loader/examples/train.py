@@ -267,6 +267,45 @@ def _dataset(config: Config, table: Any, opener: TableOpener, world: _World, epo
     )
 
 
+def _batch_shape(config: Config, world: _World) -> tuple[int, int]:
+    """``(batches per global step, batch size)``: one global step is ``config.cycles`` cycles."""
+    splits_per_rank = config.num_splits // world.size
+    per_step = max(1, config.workers)
+    if config.num_splits % world.size or splits_per_rank % per_step:
+        raise SystemExit(
+            f"num_splits={config.num_splits} must be divisible by world_size={world.size} times "
+            f"workers={per_step}"
+        )
+    return per_step, splits_per_rank // per_step * config.cycles
+
+
+def _sgd_step(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, world: _World, batches: list[Any]
+) -> list[int]:
+    """One optimizer step on a global step's batches (gradients averaged over every rank's rows)."""
+    ids = [int(i) for b in batches for i in b["id"].tolist()]
+    x = torch.cat([b["x"] for b in batches]).to(torch.float64)
+    y = torch.cat([b["y"] for b in batches]).to(torch.float64)
+    optimizer.zero_grad()
+    loss = ((model(x).squeeze(-1) - y) ** 2).sum()
+    loss.backward()
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    flat = world.all_sum(torch.cat([g.reshape(-1) for g in grads] + [torch.tensor([float(len(ids))])]))
+    total, offset = flat[-1], 0
+    for g in grads:
+        g.copy_(flat[offset : offset + g.numel()].view_as(g) / total)
+        offset += g.numel()
+    optimizer.step()
+    return ids
+
+
+def _loader_state(config: Config, dataset: StreamingDataset, world: _World) -> dict[str, object] | None:
+    """What this rank contributes to the checkpoint: the merged state, or rank 0's own state alone."""
+    if config.save == "merged":
+        return merged_state_dict(dataset)
+    return dataset.state_dict() if world.rank == 0 else None
+
+
 def train(config: Config) -> Summary:
     """One launch of the training job in this process (one rank under ``torchrun``)."""
     world = _World()
@@ -277,15 +316,8 @@ def train(config: Config) -> Summary:
         build_table(opener, config.table, config.rows, config.seed)
     world.barrier()
     table = opener(config.table)
-    splits_per_rank = config.num_splits // world.size
     workers = config.workers
-    per_step = max(1, workers)
-    if config.num_splits % world.size or splits_per_rank % per_step:
-        raise SystemExit(
-            f"num_splits={config.num_splits} must be divisible by world_size={world.size} times "
-            f"workers={per_step}"
-        )
-    batch_size = splits_per_rank // per_step * config.cycles
+    per_step, batch_size = _batch_shape(config, world)
 
     torch.manual_seed(config.seed)
     model = torch.nn.Linear(FEATURES, 1, dtype=torch.float64)
@@ -327,30 +359,13 @@ def train(config: Config) -> Summary:
             sync_epoch_end=config.sync_epoch_end and world.distributed,
         )
         for batches in _steps(loader, per_step):
-            ids = [int(i) for b in batches for i in b["id"].tolist()]
-            x = torch.cat([b["x"] for b in batches]).to(torch.float64)
-            y = torch.cat([b["y"] for b in batches]).to(torch.float64)
-            optimizer.zero_grad()
-            loss = ((model(x).squeeze(-1) - y) ** 2).sum()
-            loss.backward()
-            grads = [p.grad for p in model.parameters() if p.grad is not None]
-            flat = world.all_sum(
-                torch.cat([g.reshape(-1) for g in grads] + [torch.tensor([float(len(ids))])])
-            )
-            total, offset = flat[-1], 0
-            for g in grads:
-                g.copy_(flat[offset : offset + g.numel()].view_as(g) / total)
-                offset += g.numel()
-            optimizer.step()
+            ids = _sgd_step(model, optimizer, world, batches)
             if config.step_sleep:
                 time.sleep(config.step_sleep)
             step += 1
             samples += len(ids)
             union = world.gather_ids(ids)
-            if config.save == "merged":
-                state = merged_state_dict(dataset)
-            else:
-                state = dataset.state_dict() if world.rank == 0 else None
+            state = _loader_state(config, dataset, world)
             if log is not None:
                 log.write({"step": step, "epoch": epoch, "ids": union, "time": time.time()})
                 save_checkpoint(

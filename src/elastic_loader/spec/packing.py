@@ -111,6 +111,67 @@ def doc_ids_of(starts: Sequence[int], length: int) -> tuple[int, ...]:
     return tuple(sum(1 for s in starts if 0 < s <= k) for k in range(length))
 
 
+class _Packer:
+    """The working state of one packed iterator: progress, and the owned splits' buffers."""
+
+    def __init__(
+        self,
+        perm: Permutation,
+        corpus: Mapping[int, Sequence[int]],
+        faults: Faults,
+        owned: Sequence[int],
+        config: PackingConfig,
+        state: PackedState,
+    ) -> None:
+        self.perm, self.corpus, self.faults, self.owned = perm, corpus, faults, owned
+        self.config, self.start = config, state
+        self.consumed, self.emitted = list(state.consumed), list(state.emitted)
+        self.tokens = {s: list(state.buffer(s).tokens) for s in owned}
+        self.starts = {s: list(state.buffer(s).starts) for s in owned}
+        self.blocks: list[Block] = []
+        self.states: list[PackedState] = []
+
+    def snapshot(self) -> PackedState:
+        """The checkpoint now: unowned buffers as they started, owned ones as they are."""
+        buffers = dict(self.start.buffers)
+        for s in self.owned:
+            buffers.pop(s, None)
+            if self.tokens[s]:
+                buffers[s] = PackBuffer(tuple(self.tokens[s]), tuple(self.starts[s]))
+        return PackedState(tuple(self.consumed), tuple(self.emitted), buffers)
+
+    def fill(self, s: int) -> Raised | None:
+        """Pull whole documents into split ``s`` while its buffer is shorter than ``L``."""
+        tokens, length = self.tokens[s], self.config.pack_sequences
+        while len(tokens) < length:
+            nxt = _peek(self.perm[s], self.consumed[s], self.faults)
+            if nxt.kind is Exhausted:
+                return None
+            row = self.perm[s][nxt.position]
+            if nxt.kind is Raised:
+                return Raised(s, nxt.position, row)
+            self.starts[s].append(len(tokens))
+            tokens.extend(self.corpus[row])
+            tokens.append(self.config.eos_id)
+            self.consumed[s] = nxt.position + 1
+        return None
+
+    def emit(self, s: int) -> None:
+        """Cut split ``s``'s next block (padded when the split ran out) and record the checkpoint."""
+        length, tokens = self.config.pack_sequences, self.tokens[s]
+        real = min(length, len(tokens))
+        ids = tuple(tokens[:length]) + (self.config.pad_id,) * (length - real)
+        self.blocks.append(Block(s, ids, doc_ids_of(self.starts[s], length), real))
+        del tokens[:length]
+        self.starts[s] = [x - length for x in self.starts[s] if x >= length]
+        self.emitted[s] += 1
+        self.states.append(self.snapshot())
+
+    def run(self, end: End) -> PackedRun:
+        """What the iterator yielded, ending with ``end``."""
+        return PackedRun(self.start, tuple(self.blocks), tuple(self.states), end)
+
+
 def iterate_packed(
     perm: Permutation,
     corpus: Mapping[int, Sequence[int]],
@@ -121,70 +182,30 @@ def iterate_packed(
 ) -> PackedRun:
     """Run one packed iterator over ``owned`` splits from ``state`` to its end (catch-up, then cycles)."""
     check_permutation(perm)
-    num_splits = len(perm)
-    budget = config.blocks_per_split(num_splits)
-    length = config.pack_sequences
-    require(len(state.emitted) == num_splits, "list_length", "state must have one entry per split")
+    budget = config.blocks_per_split(len(perm))
+    require(len(state.emitted) == len(perm), "list_length", "state must have one entry per split")
     if not owned:
         return PackedRun(state, (), (), Exhausted())
-    consumed, emitted = list(state.consumed), list(state.emitted)
-    tokens = {s: list(state.buffer(s).tokens) for s in owned}
-    starts = {s: list(state.buffer(s).starts) for s in owned}
-    blocks: list[Block] = []
-    states: list[PackedState] = []
-
-    def snapshot() -> PackedState:
-        buffers = dict(state.buffers)
-        for s in owned:
-            buffers.pop(s, None)
-            if tokens[s]:
-                buffers[s] = PackBuffer(tuple(tokens[s]), tuple(starts[s]))
-        return PackedState(tuple(consumed), tuple(emitted), buffers)
-
-    def fill(s: int) -> Raised | None:
-        while len(tokens[s]) < length:
-            nxt = _peek(perm[s], consumed[s], faults)
-            if nxt.kind is Exhausted:
-                return None
-            row = perm[s][nxt.position]
-            if nxt.kind is Raised:
-                return Raised(s, nxt.position, row)
-            starts[s].append(len(tokens[s]))
-            tokens[s].extend(corpus[row])
-            tokens[s].append(config.eos_id)
-            consumed[s] = nxt.position + 1
-        return None
-
-    def emit(s: int) -> Block:
-        real = min(length, len(tokens[s]))
-        ids = tuple(tokens[s][:length]) + (config.pad_id,) * (length - real)
-        block = Block(s, ids, doc_ids_of(starts[s], length), real)
-        del tokens[s][:length]
-        starts[s] = [x - length for x in starts[s] if x >= length]
-        emitted[s] += 1
-        return block
-
-    top = max(emitted[s] for s in owned)
-    lagging = [(emitted[s], s) for s in owned if emitted[s] < top]
+    packer = _Packer(perm, corpus, faults, owned, config, state)
+    top = max(state.emitted[s] for s in owned)
+    lagging = [(state.emitted[s], s) for s in owned if state.emitted[s] < top]
     heapq.heapify(lagging)
     while lagging:
         count, s = heapq.heappop(lagging)
-        error = fill(s)
+        error = packer.fill(s)
         if error is not None:
-            return PackedRun(state, tuple(blocks), tuple(states), error)
-        blocks.append(emit(s))
-        states.append(snapshot())
+            return packer.run(error)
+        packer.emit(s)
         if count + 1 < top:
             heapq.heappush(lagging, (count + 1, s))
-    while emitted[owned[0]] < budget:
+    while packer.emitted[owned[0]] < budget:
         for s in owned:
-            error = fill(s)
+            error = packer.fill(s)
             if error is not None:
-                return PackedRun(state, tuple(blocks), tuple(states), error)
+                return packer.run(error)
         for s in owned:
-            blocks.append(emit(s))
-            states.append(snapshot())
-    return PackedRun(state, tuple(blocks), tuple(states), Exhausted())
+            packer.emit(s)
+    return packer.run(Exhausted())
 
 
 def estimate_blocks_per_epoch(

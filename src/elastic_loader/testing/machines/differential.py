@@ -150,21 +150,21 @@ class DifferentialMachine(RuleBasedStateMachine):
         }
         return type(cls.__name__, (cls,), attrs)
 
-    def _fail(self, name: str, detail: str) -> None:
+    def fail(self, name: str, detail: str) -> None:
         self.verdicts.fail(name, detail)
 
-    def _model(self) -> EpochModel:
+    def spec_model(self) -> EpochModel:
         assert self.model is not None
         return self.model
 
-    def _provenance(self, state: Mapping[str, object], where: str) -> bool:
+    def writes_provenance(self, state: Mapping[str, object], where: str) -> bool:
         """Whether the implementation writes the provenance key, as its first checkpoint says; a later
         checkpoint that differs breaks the format."""
         has = EXTRA_KEY in state
         if self.provenance is None:
             self.provenance = has
         elif has != self.provenance:
-            self._fail(
+            self.fail(
                 "CheckpointRoundTripInv",
                 f"{where}: {'holds' if has else 'lacks'} the {EXTRA_KEY!r} key, unlike the first checkpoint",
             )
@@ -173,7 +173,7 @@ class DifferentialMachine(RuleBasedStateMachine):
     # ------------------------------------------------------------ building
 
     def _params(self, plan: SessionPlan, rank: int, worker: SimulatedWorker | None) -> dict[str, object]:
-        cfg, model = self.cfg, self._model()
+        cfg, model = self.cfg, self.spec_model()
         assert cfg is not None
         params: dict[str, object] = {
             "num_splits": cfg.num_splits,
@@ -207,14 +207,12 @@ class DifferentialMachine(RuleBasedStateMachine):
             params["worker_info_override"] = worker
         return params
 
-    def _dataset(self, plan: SessionPlan, rank: int, worker: SimulatedWorker | None) -> DatasetLike | None:
+    def new_dataset(self, plan: SessionPlan, rank: int, worker: SimulatedWorker | None) -> DatasetLike | None:
         params = self._params(plan, rank, worker)
         try:
             return self.implementation.dataset(self.table, **params)
         except Exception as error:
-            self._fail(
-                "CanonicalOrderProp", f"StreamingDataset(table, **{params!r}) raised {describe(error)}"
-            )
+            self.fail("CanonicalOrderProp", f"StreamingDataset(table, **{params!r}) raised {describe(error)}")
             return None
 
     def _slot(
@@ -229,7 +227,7 @@ class DifferentialMachine(RuleBasedStateMachine):
     ) -> Slot:
         """The slot of (rank, worker, simulated) ``where``, started from ``saved`` (the spec's reading of
         what it loaded); the conforming chain gave it ``true_saved``; the job is at ``truth``."""
-        model = self._model()
+        model = self.spec_model()
         rank, worker, simulated = where
         owned = owned_splits(
             model.config.num_splits, Topology(plan.world_size, rank, plan.num_workers, worker)
@@ -261,11 +259,17 @@ class DifferentialMachine(RuleBasedStateMachine):
         ]
 
     def _fresh_session(self, plan: SessionPlan, origin: str) -> Session:
-        model = self._model()
+        model = self.spec_model()
         fresh = model.fresh()
         slots = [
             self._slot(
-                plan, (r, w, info is not None), self._dataset(plan, r, info), fresh, fresh, fresh.state, False
+                plan,
+                (r, w, info is not None),
+                self.new_dataset(plan, r, info),
+                fresh,
+                fresh,
+                fresh.state,
+                False,
             )
             for r, w, info in self._topology(plan)
         ]
@@ -282,7 +286,7 @@ class DifferentialMachine(RuleBasedStateMachine):
                 note(f"closing the iterator of {slot.label} raised {describe(error)}")
         self.session = None
 
-    def _fit(self, plan: SessionPlan) -> SessionPlan:
+    def fit_plan(self, plan: SessionPlan) -> SessionPlan:
         assert self.cfg is not None
         capped = replace(plan, world_size=min(plan.world_size, self.max_world_size))
         return capped.fit(self.cfg.num_splits, max(1, self.loader_workers))
@@ -298,7 +302,7 @@ class DifferentialMachine(RuleBasedStateMachine):
         self.cfg = config
         self.table = self.tables.table(config.table_key)
         self.model = epoch_model(config, self.tables, config.epoch)
-        fitted = self._fit(plan)
+        fitted = self.fit_plan(plan)
         note(f"config {config!r}; session {fitted!r}; permutation {self.model.perm!r}")
         self.session = self._fresh_session(fitted, "start")
 
@@ -325,7 +329,7 @@ class DifferentialMachine(RuleBasedStateMachine):
     def _advance(self, session: Session, slot: Slot, count: int) -> None:
         if slot.finished is not None or slot.dataset is None:
             return
-        model = self._model()
+        model = self.spec_model()
         where = f"{slot.label} ({session.origin})"
         if slot.iterator is None:
             try:
@@ -346,7 +350,7 @@ class DifferentialMachine(RuleBasedStateMachine):
             item = decode_item(model, slot.owned, len(slot.delivered), raw, spec_items)
             if isinstance(item, str):
                 packed = model.packing is not None
-                self._fail("PackingConservationInv" if packed else "CanonicalOrderProp", f"{where}: {item}")
+                self.fail("PackingConservationInv" if packed else "CanonicalOrderProp", f"{where}: {item}")
                 slot.finished = "broken"
                 break
             k = len(slot.delivered)
@@ -359,11 +363,11 @@ class DifferentialMachine(RuleBasedStateMachine):
     def _on_end(self, slot: Slot, error: Exception | None, where: str) -> None:
         """The iterator stopped (``error=None``) or raised ``error`` after ``len(delivered)`` items."""
         slot.iterator = None
-        slot.finished = judges.judge_end(self.verdicts, self._model(), slot, error, where)
+        slot.finished = judges.judge_end(self.verdicts, self.spec_model(), slot, error, where)
 
     # ------------------------------------------------------------ checkpoints
 
-    def _state_dict(
+    def take_state_dict(
         self, dataset: DatasetLike, gate: CheckpointGate, where: str
     ) -> Mapping[str, object] | None:
         """``state_dict()`` when the spec's gate allows it (a refusal must match the spec's; refusing a
@@ -382,7 +386,7 @@ class DifferentialMachine(RuleBasedStateMachine):
     def _slot_checkpoint(self, session: Session, slot: Slot, true: bool) -> Saved:
         """The spec's checkpoint of ``slot`` after what it delivered: from what it loaded, or (``true``)
         in the conforming chain from the job's truth."""
-        model = self._model()
+        model = self.spec_model()
         k = len(slot.delivered)
         touched = frozenset(slot.owned) if k else frozenset()
         passes = (Pass(0, 1, k),)
@@ -405,15 +409,15 @@ class DifferentialMachine(RuleBasedStateMachine):
         )
 
     def _snapshot(self, session: Session, slot: Slot) -> Recorded | None:
-        model = self._model()
+        model = self.spec_model()
         if slot.dataset is None:
             return None
         where = f"checkpoint of {slot.label} after {len(slot.delivered)} items"
-        state = self._state_dict(slot.dataset, CheckpointGate(), where)
+        state = self.take_state_dict(slot.dataset, CheckpointGate(), where)
         if state is None:
             return None
         expected = self._slot_checkpoint(session, slot, False)
-        provenance = self._provenance(state, where)
+        provenance = self.writes_provenance(state, where)
         checkpoints.judge_checkpoint(
             self.verdicts,
             model,
@@ -439,7 +443,7 @@ class DifferentialMachine(RuleBasedStateMachine):
 
     # ------------------------------------------------------------ merging
 
-    def _impl_merge(self, states: Sequence[Mapping[str, object]]) -> State | Exception:
+    def impl_merge(self, states: Sequence[Mapping[str, object]]) -> State | Exception:
         try:
             return self.implementation.merge_state_dicts([copy.deepcopy(dict(s)) for s in states])
         except Exception as error:
@@ -447,7 +451,7 @@ class DifferentialMachine(RuleBasedStateMachine):
 
     def _merge(self, session: Session) -> Recorded | None:
         """Merge the latest checkpoint of every slot (taking one now where a slot has none)."""
-        model = self._model()
+        model = self.spec_model()
         records: list[Recorded] = []
         for slot in session.slots:
             record = slot.latest if slot.latest is not None else self._snapshot(session, slot)
@@ -456,7 +460,7 @@ class DifferentialMachine(RuleBasedStateMachine):
                 return None
             records.append(record)
         states = [r.state for r in records]
-        merged = self._impl_merge(states)
+        merged = self.impl_merge(states)
         owners = [(r.state, slot.owned) for slot, r in zip(session.slots, records)]
         truth = assemble([(r.truth, slot.owned) for slot, r in zip(session.slots, records)])
         true_dicts = [snapshot_saved(r.expected) for r in records]
@@ -483,7 +487,7 @@ class DifferentialMachine(RuleBasedStateMachine):
 
     # ------------------------------------------------------------ loading
 
-    def _load(
+    def load_checkpoint(
         self,
         dataset: DatasetLike,
         payload: Mapping[str, object],
@@ -494,7 +498,7 @@ class DifferentialMachine(RuleBasedStateMachine):
     ) -> Saved | None:
         """Load ``payload`` (a copy of what ``record`` holds) into ``dataset`` of ``rank``; the result is
         the spec's reading, ``None`` when it is refused (which must match the spec's refusal)."""
-        model = self._model()
+        model = self.spec_model()
         spec = attempt(lambda: model.read(payload, world_size, rank))
         try:
             dataset.load_state_dict(dict(payload))
@@ -506,7 +510,7 @@ class DifferentialMachine(RuleBasedStateMachine):
         assert not isinstance(spec, SpecError)
         return spec
 
-    def _check_reload(
+    def check_reload(
         self,
         dataset: DatasetLike,
         plan: SessionPlan,
@@ -517,8 +521,8 @@ class DifferentialMachine(RuleBasedStateMachine):
         where: str,
     ) -> None:
         """After a load, ``state_dict()`` answers the spec's checkpoint of a session that did nothing."""
-        model = self._model()
-        state = self._state_dict(dataset, CheckpointGate(), where)
+        model = self.spec_model()
+        state = self.take_state_dict(dataset, CheckpointGate(), where)
         if state is None:
             return
         partial = owned if simulated else None
@@ -532,7 +536,7 @@ class DifferentialMachine(RuleBasedStateMachine):
             owned,
             "CheckpointRoundTripInv",
             f"{where}: state_dict() after the load",
-            self._provenance(state, where),
+            self.writes_provenance(state, where),
         )
 
     def _resumed_session(
@@ -544,25 +548,29 @@ class DifferentialMachine(RuleBasedStateMachine):
         if given is None:
             return self._fresh_session(plan, f"fresh ({record!r} not merged)")
         if given.world_size is not None and given.world_size != plan.world_size:
-            plan = self._fit(replace(plan, world_size=given.world_size))
+            plan = self.fit_plan(replace(plan, world_size=given.world_size))
         slots: list[Slot] = []
         for r, w, info in self._topology(plan):
             where = f"resume {record!r} ({given.protocol}) on rank {r} worker {w}"
-            dataset = self._dataset(plan, r, info)
+            dataset = self.new_dataset(plan, r, info)
             raw = given.payload(r)
             payload = json.loads(json.dumps(raw)) if via_json else copy.deepcopy(dict(raw))
             loaded = (
-                None if dataset is None else self._load(dataset, payload, plan.world_size, r, record, where)
+                None
+                if dataset is None
+                else self.load_checkpoint(dataset, payload, plan.world_size, r, record, where)
             )
             if loaded is None:
                 return self._fresh_session(plan, f"fresh ({record!r} rejected)")
             assert dataset is not None
             true_saved = protocols.true_start(self, given, r, plan.world_size, record.truth)
             slot = self._slot(plan, (r, w, info is not None), dataset, loaded, true_saved, record.truth, True)
-            self._check_reload(dataset, plan, r, loaded, slot.owned, slot.simulated, where)
+            self.check_reload(dataset, plan, r, loaded, slot.owned, slot.simulated, where)
             slots.append(slot)
         origin = f"from {record!r} ({given.protocol})"
-        return Session(plan, self._model(), slots, record.history, origin, given.lineage, record.chain + 1)
+        return Session(
+            plan, self.spec_model(), slots, record.history, origin, given.lineage, record.chain + 1
+        )
 
 
 def _invariant(name: str) -> Callable[[DifferentialMachine], None]:

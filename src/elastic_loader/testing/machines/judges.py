@@ -40,8 +40,8 @@ NOT_CHECKED: Mapping[str, str] = {
     "does not read yet; tests/pipeline/reading/test_pipe_computed.py compares the pipeline's with the spec's",
     "TableVersionPinInv": "the machines' tables never change inside an example, so a resume cannot read "
     "another version than its checkpoint's (the pin a checkpoint records is compared with the spec's, "
-    "under CheckpointRoundTripInv); tests/pipeline/checkpoint/test_pipe_protocols.py appends, deletes and updates "
-    "rows after a save and cleans old versions up",
+    "under CheckpointRoundTripInv); tests/pipeline/checkpoint/test_pipe_protocols.py appends, deletes "
+    "and updates rows after a save and cleans old versions up",
 }
 """The invariants the machines cannot observe, each with the reason."""
 

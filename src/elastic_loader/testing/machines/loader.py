@@ -77,7 +77,7 @@ def run(
     opened = _open(machine, record, plan, via_json)
     if opened is None:
         return None
-    model, shape = machine._model(), opened.shape
+    model, shape = machine.spec_model(), opened.shape
     where = f"StreamingDataLoader session (world_size={shape.world_size}, batch_size={shape.batch_size})"
     corpus = model.corpus if model.packing is not None else None
     W = shape.world_size
@@ -98,7 +98,7 @@ def run(
 
     expected = attempt(lambda: spec_session(opened.starts))
     if isinstance(expected, SpecError):
-        machine._fail("ReachableLoadInv", f"{where}: the checkpoints given cannot be resumed: {expected}")
+        machine.fail("ReachableLoadInv", f"{where}: the checkpoints given cannot be resumed: {expected}")
         return None
     true = attempt(lambda: spec_session(opened.true)) if opened.lineage else expected
     lineage = opened.lineage and not isinstance(true, SpecError)
@@ -123,15 +123,15 @@ def _shape(
     machine: DifferentialMachine, record: Recorded | None, plan: LoaderPlan
 ) -> tuple[SessionPlan, Shape]:
     """The session plan and loader shape of a session (``same_shape``: the recorded session's)."""
-    model, session = machine._model(), machine.session
+    model, session = machine.spec_model(), machine.session
     assert session is not None
     nw = machine.loader_workers
     if plan.same_shape and record is not None and record.memo is not None:
         shape = record.memo.shape
-        return machine._fit(replace(session.plan, world_size=shape.world_size)), shape
+        return machine.fit_plan(replace(session.plan, world_size=shape.world_size)), shape
     splan = session.plan
     if plan.world_size:
-        splan = machine._fit(replace(splan, world_size=plan.world_size))
+        splan = machine.fit_plan(replace(splan, world_size=plan.world_size))
     batch_size = plan.batch_size
     if plan.aligned:
         batch_size *= model.config.num_splits // splan.world_size // max(1, nw)
@@ -142,18 +142,18 @@ def _open(
     machine: DifferentialMachine, record: Recorded | None, plan: LoaderPlan, via_json: bool
 ) -> _Opened | None:
     """Every rank's dataset, loaded by the plan's protocol (fresh ones when a rank refuses)."""
-    model = machine._model()
+    model = machine.spec_model()
     splan, shape = _shape(machine, record, plan)
     if record is not None:
         given = protocols.starts(machine, record, plan.protocol)
         if given is not None and given.world_size is not None and given.world_size != shape.world_size:
-            splan = machine._fit(replace(splan, world_size=given.world_size))
+            splan = machine.fit_plan(replace(splan, world_size=given.world_size))
             shape = replace(shape, world_size=splan.world_size)
         if given is not None:
             opened = _load_ranks(machine, record, given, splan, shape, via_json)
             if opened is not None:
                 return opened
-    datasets = [machine._dataset(splan, r, None) for r in range(shape.world_size)]
+    datasets = [machine.new_dataset(splan, r, None) for r in range(shape.world_size)]
     if any(d is None for d in datasets):
         return None
     fresh = model.fresh()
@@ -187,12 +187,12 @@ def _load_ranks(
     true: list[Saved] = []
     for r in range(shape.world_size):
         where = f"loader session rank {r} from {record!r} ({given.protocol})"
-        dataset = machine._dataset(splan, r, None)
+        dataset = machine.new_dataset(splan, r, None)
         if dataset is None:
             return None
         raw = given.payload(r)
         payload = json.loads(json.dumps(raw)) if via_json else copy.deepcopy(dict(raw))
-        loaded = machine._load(dataset, payload, shape.world_size, r, record, where)
+        loaded = machine.load_checkpoint(dataset, payload, shape.world_size, r, record, where)
         if loaded is None:
             return None
         datasets.append(dataset)
@@ -228,7 +228,7 @@ def _run_ranks(
         received: list[list[Item]] = []
         failed = _receive(machine, iterator, result.run, received, result.taken, at)
         gate = gate_after_failure(CheckpointGate(), "a batch failed") if failed else CheckpointGate()
-        state = machine._state_dict(opened.datasets[r], gate, f"{at} after {len(received)} batches")
+        state = machine.take_state_dict(opened.datasets[r], gate, f"{at} after {len(received)} batches")
         close_iterator(iterator)
         del iterator
         if state is None:
@@ -250,7 +250,7 @@ def _start(
         return iter(machine.implementation.loader(dataset, **kwargs))
     except Exception as error:
         name = "SameTopologyResumeProp" if isinstance(error, RuntimeError) else "CanonicalOrderProp"
-        machine._fail(
+        machine.fail(
             name, f"{where}: iter() raised {describe(error)}; the spec delivers {expected.deliveries!r}"
         )
         return None
@@ -265,7 +265,7 @@ def _receive(
     where: str,
 ) -> bool:
     """Take up to ``batches`` batches, comparing each with the spec; return whether one failed."""
-    model = machine._model()
+    model = machine.spec_model()
     flat = [item for d in expected.deliveries for item in d.items]
     offset = 0
     for j in range(batches):
@@ -291,7 +291,7 @@ def _judge_ranks(
 ) -> list[Saved] | None:
     """Every rank's checkpoint against the spec's (``ConsumerCommitProp`` for its own splits); the
     spec's readings of them (``None`` if one cannot be read)."""
-    model = machine._model()
+    model = machine.spec_model()
     out: list[Saved] = []
     for r, (result, state) in enumerate(zip(expected, ran.states)):
         at = f"{where} rank {r} after {len(ran.received[r])} batches"
@@ -305,7 +305,7 @@ def _judge_ranks(
             own,
             "ConsumerCommitProp",
             at,
-            machine._provenance(state, at),
+            machine.writes_provenance(state, at),
         )
         if parsed is None:
             return None
@@ -318,7 +318,7 @@ def _consumer_commit(
     machine: DifferentialMachine, start: Saved, parsed: Saved, own: Sequence[int], received: list[list[Item]]
 ) -> None:
     """``ConsumerCommitProp`` on a rank's own splits: the batches it received account for them."""
-    model = machine._model()
+    model = machine.spec_model()
     if not isinstance(parsed.state, RowState) or not isinstance(start.state, RowState):
         return
     begin = start.state
@@ -353,7 +353,7 @@ def _judge_continuation(
             go_on = memo.runs[r].deliveries[memo.taken : memo.taken + len(batches)]
             want = [list(d.items) for d in go_on]
             if batches != want:
-                machine._fail(
+                machine.fail(
                     "SameTopologyResumeProp",
                     f"{where} rank {r}: resumed with batches {batches}; the session it resumes goes on "
                     f"with {want}",
@@ -362,7 +362,7 @@ def _judge_continuation(
             items = [item for batch in batches for item in batch]
             truly = [item for d in true[r].run.deliveries for item in d.items][: len(items)]
             if items != truly:
-                machine._fail(
+                machine.fail(
                     "ResumeEquivalenceProp",
                     f"{where} rank {r}: received {items}, the uninterrupted job continues with {truly}",
                 )
@@ -371,7 +371,7 @@ def _judge_continuation(
 def _history(machine: DifferentialMachine, opened: _Opened, ran: _Ran, lineage: bool, where: str) -> History:
     """The lineage after this session; judged (exactly once, steps, packing; the chain of save
     protocols once it went through one) while it describes the job."""
-    model = machine._model()
+    model = machine.spec_model()
     splits = [list(h) for h in opened.history]
     for batches in ran.received:
         for item in (item for batch in batches for item in batch):
@@ -396,7 +396,7 @@ def _record(
     where: str,
 ) -> Recorded:
     """The session's record: the saver's checkpoint, every rank's beside it, the job's truth."""
-    model = machine._model()
+    model = machine.spec_model()
     W = opened.shape.world_size
     saver = plan.rank % W
     n = expected[0].taken

@@ -83,13 +83,13 @@ def starts(machine: DifferentialMachine, record: Recorded, protocol: ProtocolNam
     if used == "own":
         return Starts(used, len(record.group), record.group, record.true_group, record.lineage)
     owners = [
-        (state, rank_splits(machine._model().config.num_splits, len(record.group), r))
+        (state, rank_splits(machine.spec_model().config.num_splits, len(record.group), r))
         for r, state in enumerate(record.group)
     ]
     true_dicts = [snapshot_saved(saved) for saved in record.true_group]
-    merged = machine._impl_merge(record.group)
+    merged = machine.impl_merge(record.group)
     what = f"merge of {record!r}'s group"
-    if record.epoch == machine._model().number:  # merges are judged in their own epoch
+    if record.epoch == machine.spec_model().number:  # merges are judged in their own epoch
         group = list(record.group)
         judge_merges(machine, group, merged, owners, true_dicts, record.truth, record.lineage, what)
     if isinstance(merged, Exception):
@@ -102,7 +102,7 @@ def true_start(
 ) -> Saved:
     """The conforming chain's start of ``rank``; when that chain would refuse it (a split of the rank
     unknown), the job's truth, so the lineage goes on from where the job really is."""
-    model = machine._model()
+    model = machine.spec_model()
     saved = given.true_start(rank)
     if saved.unknown & set(rank_splits(model.config.num_splits, world_size, rank)):
         return exact(model.config, truth, model.pin)
@@ -121,7 +121,7 @@ def judge_merges(
 ) -> None:
     """Judge the implementation's ``merged`` of ``states`` (every rank's or slot's checkpoint; each
     writer's own splits in ``owners``; the conforming versions ``true_dicts``)."""
-    model, verdicts = machine._model(), machine.verdicts
+    model, verdicts = machine.spec_model(), machine.verdicts
     provenance = bool(machine.provenance)
     spec = attempt(lambda: merge_state_dicts(list(states)))
     checkpoints.judge_merge(verdicts, model, merged, spec, "MergeLatticeInv", what, provenance)
@@ -134,7 +134,7 @@ def judge_merges(
         true_rest = [s for i, s in enumerate(true_dicts) if i != left_out]
         spec_rest = attempt(functools.partial(merge_state_dicts, true_rest))
         checkpoints.judge_subset(
-            verdicts, machine._impl_merge(rest), spec_rest, f"{what} without checkpoint {left_out}"
+            verdicts, machine.impl_merge(rest), spec_rest, f"{what} without checkpoint {left_out}"
         )
     if lineage:
         checkpoints.judge_exact(verdicts, model, merged, truth, what)
@@ -155,14 +155,14 @@ def _judge_lattice(
     if not isinstance(merged, Exception):
         half = max(1, len(states) // 2)
         variants.append(("merge([merge(states)] + states[half:])", [merged, *states[half:]]))
-        again = machine._impl_merge(list(states[::-1]))
+        again = machine.impl_merge(list(states[::-1]))
         if not isinstance(again, Exception):
             variants.append(("merge([merge(reversed), merge(states)])", [again, merged]))
     for label, variant in variants:
         checkpoints.judge_merge(
             machine.verdicts,
-            machine._model(),
-            machine._impl_merge(variant),
+            machine.spec_model(),
+            machine.impl_merge(variant),
             attempt(functools.partial(merge_state_dicts, variant)),
             "MergeLatticeInv",
             f"{what}: {label}",
@@ -201,8 +201,8 @@ def probe(
     unless ``dataset`` is given): without its provenance key, with an edited progress value, then
     as written (which must load back unless the spec refuses it, and then answer ``state_dict()``
     as the spec does)."""
-    model = machine._model()
-    dataset = machine._dataset(plan, rank, None) if dataset is None else dataset
+    model = machine.spec_model()
+    dataset = machine.new_dataset(plan, rank, None) if dataset is None else dataset
     if dataset is None:
         return
     state = record.state
@@ -221,17 +221,17 @@ def probe(
             dataset.load_state_dict(copy.deepcopy(dict(payload)))
         except Exception as error:
             if not isinstance(spec, SpecError):
-                machine._fail(
+                machine.fail(
                     name, f"{where}: {record!r} {label} was refused ({describe(error)}); the spec loads it"
                 )
             continue
         if isinstance(spec, SpecError):
             reason = checkpoints.REFUSALS.get(spec.code, name)
-            machine._fail(reason, f"{where}: {record!r} {label} was loaded; the spec refuses it: {spec}")
-    loaded = machine._load(
+            machine.fail(reason, f"{where}: {record!r} {label} was loaded; the spec refuses it: {spec}")
+    loaded = machine.load_checkpoint(
         dataset, copy.deepcopy(dict(state)), plan.world_size, rank, record, f"{where}: reload"
     )
     if loaded is not None:
         owned = rank_splits(model.config.num_splits, plan.world_size, rank)
-        machine._check_reload(dataset, plan, rank, loaded, owned, False, f"{where}: reload")
+        machine.check_reload(dataset, plan, rank, loaded, owned, False, f"{where}: reload")
     note(f"{where}: probed loads of {record!r} on rank {rank}")

@@ -79,12 +79,14 @@ class StreamingMachine(DifferentialMachine):
         record = kept[chosen]
         if session.plan.num_workers == 0:
             parsed = [attempt_parse(self, r.state) for r in kept]
-            started = session.lineage and all(self._model().agrees(s.saved, s.truth) for s in session.slots)
+            started = session.lineage and all(
+                self.spec_model().agrees(s.saved, s.truth) for s in session.slots
+            )
             if started and all(p is not None for p in parsed):
                 taken = [len(slot.delivered) for slot in session.slots]
                 where = f"save_all of {session.origin}"
                 checkpoints.judge_lockstep(
-                    self.verdicts, self._model(), [p for p in parsed if p], taken, where
+                    self.verdicts, self.spec_model(), [p for p in parsed if p], taken, where
                 )
             record = replace(
                 record,
@@ -121,7 +123,7 @@ class StreamingMachine(DifferentialMachine):
         if isinstance(checkpoint, Missing):
             note(f"{checkpoint!r}: nothing to resume")
             return
-        fitted = self._fit(plan)
+        fitted = self.fit_plan(plan)
         self._close_session()
         self.session = self._resumed_session(fitted, checkpoint, via_json, protocol)
         note(
@@ -147,7 +149,7 @@ class StreamingMachine(DifferentialMachine):
         """Start the next epoch: ``set_epoch`` on the datasets when possible, else fresh datasets."""
         assert self.cfg is not None and self.model is not None and self.session is not None
         old = self.session
-        fitted = self._fit(plan)
+        fitted = self.fit_plan(plan)
         self._close_session()
         self.model = epoch_model(self.cfg, self.tables, self.model.number + 1)
         moved = False
@@ -160,7 +162,7 @@ class StreamingMachine(DifferentialMachine):
                     if slot.dataset is not None
                 )
             except Exception as error:
-                self._fail("CanonicalOrderProp", f"set_epoch({self.model.number}) raised {describe(error)}")
+                self.fail("CanonicalOrderProp", f"set_epoch({self.model.number}) raised {describe(error)}")
         if moved:
             model = self.model
             fresh = model.fresh()
@@ -189,7 +191,7 @@ def _remaining(slot: Slot) -> int:
 def attempt_parse(machine: DifferentialMachine, state: Mapping[str, object]) -> Saved | None:
     """The spec's reading of a checkpoint the implementation wrote (``None``: it cannot read it,
     which was judged when it was written)."""
-    parsed = attempt(lambda: machine._model().parse(state))
+    parsed = attempt(lambda: machine.spec_model().parse(state))
     return None if isinstance(parsed, SpecError) else parsed
 
 

@@ -84,8 +84,6 @@ _ROW_AND_PACKED = frozenset({"row", "packed"})
 _B1_CONSEQUENCES: Mapping[str, tuple[frozenset[str], str]] = {
     "HonestProgressInv": (_ROW, ""),
     "SkipAccountingInv": (_ROW, " (as positions = samples, ignoring skipped rows)"),
-    "ResumeEquivalenceProp": (_ROW, ", so resuming a checkpoint that overstates them skips or repeats rows"),
-    "ExactlyOnceProp": (_ROW, ", so rows of lagging splits are repeated or never delivered"),
     "MergeExactProp": (
         _ROW_AND_PACKED,
         ", so merging overstates the lagging ranks (D24: the merge takes the furthest value any state "
@@ -104,11 +102,9 @@ _OTHER_VIOLATIONS: Mapping[str, KnownViolation] = {
     "LockstepInferenceInv": KnownViolation(_ROW_AND_PACKED, B1_D24),
     "MergeReportedInv": KnownViolation(_ROW_AND_PACKED, B1_D24_MERGE),
     "PartialStateRefusedInv": KnownViolation(_PACKED, B1_D24 + " (packed: one rank's state, R6.1)"),
-    "ProtocolChainProp": KnownViolation(_ROW_AND_PACKED, B1_D24 + ", so resumed rows and blocks repeat"),
+    "ProtocolChainProp": KnownViolation(_PACKED, B1_D24 + ", so resumed blocks repeat"),
     "PackingConservationInv": KnownViolation(_PACKED, B1_D24 + ", so resumed documents repeat"),
-    "ElasticDeterminismProp": KnownViolation(
-        _ROW_AND_PACKED, B1_D24 + ", so later global steps repeat or miss rows"
-    ),
+    "ElasticDeterminismProp": KnownViolation(_PACKED, B1_D24 + ", so resumed blocks repeat"),
     "PackingBudgetProp": KnownViolation(_PACKED, B1_D24 + ", so a resumed split exceeds its budget"),
     "SameTopologyResumeProp": KnownViolation(frozenset({"packed", "process"}), D23),
 }

@@ -83,11 +83,9 @@ def tables_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def reference_report(tmp_path_factory: pytest.TempPathFactory) -> ConformanceReport:
-    """On tables of its own: the reference's run then does not depend on which tests ran before."""
-    tables = tmp_path_factory.mktemp("reference-tables")
+def reference_report(tables_dir: Path) -> ConformanceReport:
     return run_conformance(
-        REFERENCE, settings=_settings(60, 25), machines=IN_PROCESS, tables_dir=tables, shrink=False
+        REFERENCE, settings=_settings(60, 25), machines=IN_PROCESS, tables_dir=tables_dir, shrink=False
     )
 
 

@@ -28,7 +28,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 import elastic_loader
-from elastic_loader.testing.adapters import implementation_from_module
+from elastic_loader.testing.adapters import ModuleImplementation, implementation_from_module
 from elastic_loader.testing.conformance import known_violations
 from elastic_loader.testing.machines import (
     CHECKED,
@@ -166,6 +166,31 @@ def test_pipeline_with_real_worker_processes(tables: TableCache) -> None:
         shrink=False,
     )
     _check_pinned(results, {})
+
+
+@pytest.mark.skipif(PIPELINE_MISSING, reason="elastic_loader.StreamingDataset is not implemented yet")
+def test_a_load_that_skips_the_digest_breaks_ReachableLoadInv(tables: TableCache) -> None:
+    """Our pipeline, except that ``load_state_dict`` drops the integrity digest first: it loads an
+    edited progress value, which the machines must report as ``ReachableLoadInv`` and nothing else
+    (what it loads unedited is what the pipeline writes)."""
+
+    class NoDigestCheck(elastic_loader.StreamingDataset):
+        def load_state_dict(self, state: Mapping[str, object]) -> None:
+            extra = state.get("elastic_loader")
+            plain = dict(state)
+            if isinstance(extra, Mapping):
+                plain["elastic_loader"] = {k: v for k, v in extra.items() if k != "digest"}
+            super().load_state_dict(plain)
+
+    fake = ModuleImplementation(
+        "no-digest-check",
+        NoDigestCheck,
+        elastic_loader.StreamingDataLoader,
+        lambda states: elastic_loader.merge_state_dicts([dict(s) for s in states]),
+    )
+    results = check_invariants(RowMachine, fake, tables, settings_=_settings(12, 10), shrink=False)
+    violated = {name for name, text in results.items() if text}
+    assert violated == {"ReachableLoadInv"}, {name: results[name] for name in violated}
 
 
 def test_tables_and_their_spec_permutation(tables: TableCache) -> None:

@@ -7,7 +7,8 @@ processes each). Run one with :func:`check_invariants`, for example::
 
     results = check_invariants(RowMachine, implementation_from_module("lancedb.streaming"),
                                TableCache(directory), settings_=settings(max_examples=60))
-    # {"HonestProgressInv": "after row 0, unowned split 1 moved ...\\nstate = RowMachine()...", ...}
+    # {"LockstepInferenceInv": "... rank 0 infers split 2 at (1, 1), which does not resume as its
+    #  owner ...\\nstate = RowMachine()...", "PartitionInv": None, ...}
 
 A printed program replays by hand after ``RowMachine = RowMachine.bind(implementation, tables)``
 and ``from elastic_loader.testing.machines import *`` (the plans it prints).

@@ -10,18 +10,23 @@ dataset per (rank, worker) *slot* of a topology, every slot iterated on its own
 spec what must happen, from the same inputs:
 
 * the *start* of a slot is the spec's reading of the checkpoint the
-  implementation was actually given, and the slot's expected items are
-  :func:`~elastic_loader.spec.iterate_rows` / ``iterate_packed`` from there;
-* the *truth* of a slot is where the job really is (the spec's own state for
-  the same history), so a wrong checkpoint shows up when it is resumed;
-* the *history* of a lineage is what a trainer received since the epoch
-  started, per split, carried along through checkpoints and merges.
+  implementation was actually given (``load_for_rank``, projections replayed),
+  and the slot's expected items are :func:`~elastic_loader.spec.iterate_rows` /
+  ``iterate_packed`` from there;
+* a slot's ``state_dict()`` must be the spec's ``rank_checkpoint`` of what the
+  slot delivered since it loaded (one pass of single items; a simulated worker
+  reports only its own splits), compared as :mod:`.checkpoints` says;
+* the *truth* of a session is where the job really is (every split at its
+  owner's progress), and the *history* of a lineage is what a trainer received
+  since the epoch started, per split, carried along through checkpoints, merges
+  and save protocols (:mod:`.protocols`); both are judged only while they
+  describe the job (:mod:`.sessions` says when).
 
-The comparisons are the judges' (:mod:`.judges`); they record every
-discrepancy under the name of the invariant it breaks. One ``@invariant``
-method per name of :data:`~.judges.CHECKED` (made from :data:`~.judges.JUDGES`)
-runs that name's lineage check and raises its violation after the step, so
-Hypothesis shrinks to a minimal program. Names not in
+The comparisons are the judges' (:mod:`.judges`, :mod:`.checkpoints`); they
+record every discrepancy under the name of the invariant it breaks. One
+``@invariant`` method per name of :data:`~.judges.CHECKED` (made from
+:data:`~.judges.JUDGES`) runs that name's lineage check and raises its violation
+after the step, so Hypothesis shrinks to a minimal program. Names not in
 :attr:`DifferentialMachine.enforced` are recorded without raising, which lets
 :func:`~.runner.check_invariants` report every invariant in one run and shrink
 each violation separately.
@@ -38,9 +43,9 @@ them.
 from __future__ import annotations
 
 import copy
-import functools
 import json
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import ClassVar
 
 from hypothesis import strategies as st
@@ -48,23 +53,26 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from ...spec import (
     CheckpointGate,
+    Pass,
     SpecError,
     Topology,
     gate_check_state_dict,
-    merge_state_dicts,
     owned_splits,
-    rank_splits,
 )
+from ...spec.saved import EXTRA_KEY, Saved, merge_saved, snapshot_saved
 from ..adapters import DatasetLike, Implementation, State
 from ..tables import TOKEN_COLUMN, FaultyTransform, TableCache
-from . import judges, loader
+from . import checkpoints, judges, loader, protocols
 from .judges import CHECKED, JUDGES, Verdicts
 from .model import (
     EpochModel,
+    History,
     ModelState,
+    assemble,
     attempt,
     describe,
     epoch_model,
+    items_of,
     note,
     state_after,
 )
@@ -72,13 +80,14 @@ from .observe import decode_item
 from .plans import (
     LoaderPlan,
     MachineConfig,
+    ProtocolName,
     SessionPlan,
     SimulatedWorker,
     loader_plans,
     machine_configs,
     session_plans,
 )
-from .sessions import CHECKPOINTS, Entry, Missing, Recorded, Session, Slot, close_iterator
+from .sessions import CHECKPOINTS, Entry, Missing, Recorded, Session, Slot, close_iterator, lineage
 
 
 class DifferentialMachine(RuleBasedStateMachine):
@@ -99,6 +108,8 @@ class DifferentialMachine(RuleBasedStateMachine):
     """When set, the first violation text of every name, across all examples of a run."""
     loader_workers: ClassVar[int] = 0
     """``num_workers`` of the ``StreamingDataLoader`` rules (0: in-process)."""
+    max_world_size: ClassVar[int] = 4
+    """The largest topology a session or loader session is fitted to."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -107,6 +118,8 @@ class DifferentialMachine(RuleBasedStateMachine):
         self.model: EpochModel | None = None
         self.session: Session | None = None
         self.table: object = None
+        self.provenance: bool | None = None
+        """Whether the implementation's checkpoints carry the provenance key (its first one says)."""
 
     @classmethod
     def bind(
@@ -137,17 +150,30 @@ class DifferentialMachine(RuleBasedStateMachine):
         }
         return type(cls.__name__, (cls,), attrs)
 
-    def _fail(self, name: str, detail: str) -> None:
+    def fail(self, name: str, detail: str) -> None:
         self.verdicts.fail(name, detail)
 
-    def _model(self) -> EpochModel:
+    def spec_model(self) -> EpochModel:
         assert self.model is not None
         return self.model
+
+    def writes_provenance(self, state: Mapping[str, object], where: str) -> bool:
+        """Whether the implementation writes the provenance key, as its first checkpoint says; a later
+        checkpoint that differs breaks the format."""
+        has = EXTRA_KEY in state
+        if self.provenance is None:
+            self.provenance = has
+        elif has != self.provenance:
+            self.fail(
+                "CheckpointRoundTripInv",
+                f"{where}: {'holds' if has else 'lacks'} the {EXTRA_KEY!r} key, unlike the first checkpoint",
+            )
+        return self.provenance
 
     # ------------------------------------------------------------ building
 
     def _params(self, plan: SessionPlan, rank: int, worker: SimulatedWorker | None) -> dict[str, object]:
-        cfg, model = self.cfg, self._model()
+        cfg, model = self.cfg, self.spec_model()
         assert cfg is not None
         params: dict[str, object] = {
             "num_splits": cfg.num_splits,
@@ -181,40 +207,46 @@ class DifferentialMachine(RuleBasedStateMachine):
             params["worker_info_override"] = worker
         return params
 
-    def _dataset(self, plan: SessionPlan, rank: int, worker: SimulatedWorker | None) -> DatasetLike | None:
+    def new_dataset(self, plan: SessionPlan, rank: int, worker: SimulatedWorker | None) -> DatasetLike | None:
         params = self._params(plan, rank, worker)
         try:
             return self.implementation.dataset(self.table, **params)
         except Exception as error:
-            self._fail(
-                "CanonicalOrderProp", f"StreamingDataset(table, **{params!r}) raised {describe(error)}"
-            )
+            self.fail("CanonicalOrderProp", f"StreamingDataset(table, **{params!r}) raised {describe(error)}")
             return None
 
     def _slot(
         self,
         plan: SessionPlan,
-        rank: int,
-        worker: int,
+        where: tuple[int, int, bool],
         dataset: DatasetLike | None,
-        start: ModelState,
+        saved: Saved,
+        true_saved: Saved,
         truth: ModelState,
         resumed: bool,
     ) -> Slot:
-        model = self._model()
+        """The slot of (rank, worker, simulated) ``where``, started from ``saved`` (the spec's reading of
+        what it loaded); the conforming chain gave it ``true_saved``; the job is at ``truth``."""
+        model = self.spec_model()
+        rank, worker, simulated = where
         owned = owned_splits(
             model.config.num_splits, Topology(plan.world_size, rank, plan.num_workers, worker)
         )
+        start = attempt(lambda: model.resolved(saved, owned))
+        begin = saved.state if isinstance(start, SpecError) else start
         return Slot(
             rank,
             worker,
             owned,
             dataset,
-            start,
+            saved,
+            true_saved,
+            begin,
             truth,
-            attempt(lambda: model.run(owned, start)),
+            start if isinstance(start, SpecError) else attempt(lambda: model.run(owned, begin)),
             attempt(lambda: model.run(owned, truth)),
             resumed,
+            simulated,
             finished=None if dataset is not None else "broken",
         )
 
@@ -227,9 +259,18 @@ class DifferentialMachine(RuleBasedStateMachine):
         ]
 
     def _fresh_session(self, plan: SessionPlan, origin: str) -> Session:
-        model = self._model()
+        model = self.spec_model()
+        fresh = model.fresh()
         slots = [
-            self._slot(plan, r, w, self._dataset(plan, r, info), model.initial(), model.initial(), False)
+            self._slot(
+                plan,
+                (r, w, info is not None),
+                self.new_dataset(plan, r, info),
+                fresh,
+                fresh,
+                fresh.state,
+                False,
+            )
             for r, w, info in self._topology(plan)
         ]
         return Session(plan, model, slots, model.empty_history(), origin)
@@ -245,9 +286,10 @@ class DifferentialMachine(RuleBasedStateMachine):
                 note(f"closing the iterator of {slot.label} raised {describe(error)}")
         self.session = None
 
-    def _fit(self, plan: SessionPlan) -> SessionPlan:
+    def fit_plan(self, plan: SessionPlan) -> SessionPlan:
         assert self.cfg is not None
-        return plan.fit(self.cfg.num_splits, max(1, self.loader_workers))
+        capped = replace(plan, world_size=min(plan.world_size, self.max_world_size))
+        return capped.fit(self.cfg.num_splits, max(1, self.loader_workers))
 
     # ------------------------------------------------------------ rules
 
@@ -260,18 +302,19 @@ class DifferentialMachine(RuleBasedStateMachine):
         self.cfg = config
         self.table = self.tables.table(config.table_key)
         self.model = epoch_model(config, self.tables, config.epoch)
-        fitted = self._fit(plan)
+        fitted = self.fit_plan(plan)
         note(f"config {config!r}; session {fitted!r}; permutation {self.model.perm!r}")
         self.session = self._fresh_session(fitted, "start")
 
     @rule(target=CHECKPOINTS, plan=loader_plans())
     def loader_from_start(self, plan: LoaderPlan) -> Entry:
-        """Run a ``StreamingDataLoader`` from the start of the epoch; checkpoint its committed state."""
+        """A lockstep ``StreamingDataLoader`` session of every rank from the start of the epoch."""
         return loader.run(self, None, plan, False) or Missing("loader")
 
     @rule(target=CHECKPOINTS, checkpoint=CHECKPOINTS, plan=loader_plans(), via_json=st.booleans())
     def loader_from_checkpoint(self, checkpoint: Entry, plan: LoaderPlan, via_json: bool) -> Entry:
-        """Run a ``StreamingDataLoader`` from a checkpoint; checkpoint its committed state."""
+        """A lockstep ``StreamingDataLoader`` session of every rank, resumed from a checkpoint by the
+        plan's save protocol."""
         if isinstance(checkpoint, Missing):
             note(f"{checkpoint!r}: nothing to load")
             return Missing("loader")
@@ -286,7 +329,7 @@ class DifferentialMachine(RuleBasedStateMachine):
     def _advance(self, session: Session, slot: Slot, count: int) -> None:
         if slot.finished is not None or slot.dataset is None:
             return
-        model = self._model()
+        model = self.spec_model()
         where = f"{slot.label} ({session.origin})"
         if slot.iterator is None:
             try:
@@ -294,6 +337,7 @@ class DifferentialMachine(RuleBasedStateMachine):
             except Exception as error:
                 self._on_end(slot, error, where)
                 return
+        spec_items = () if isinstance(slot.expected, SpecError) else items_of(slot.expected)
         for _ in range(count):
             try:
                 raw = next(slot.iterator)
@@ -303,15 +347,15 @@ class DifferentialMachine(RuleBasedStateMachine):
             except Exception as error:
                 self._on_end(slot, error, where)
                 break
-            item = decode_item(model, slot.owned, len(slot.delivered), raw)
+            item = decode_item(model, slot.owned, len(slot.delivered), raw, spec_items)
             if isinstance(item, str):
                 packed = model.packing is not None
-                self._fail("PackingConservationInv" if packed else "CanonicalOrderProp", f"{where}: {item}")
+                self.fail("PackingConservationInv" if packed else "CanonicalOrderProp", f"{where}: {item}")
                 slot.finished = "broken"
                 break
             k = len(slot.delivered)
             judges.judge_item(self.verdicts, slot.owned, k, item, False, slot.expected, where)
-            if slot.resumed:
+            if slot.resumed and session.lineage:
                 judges.judge_item(self.verdicts, slot.owned, k, item, True, slot.true_run, where)
             slot.delivered.append(item)
         judges.judge_catch_up(self.verdicts, slot)
@@ -319,21 +363,17 @@ class DifferentialMachine(RuleBasedStateMachine):
     def _on_end(self, slot: Slot, error: Exception | None, where: str) -> None:
         """The iterator stopped (``error=None``) or raised ``error`` after ``len(delivered)`` items."""
         slot.iterator = None
-        slot.finished = judges.judge_end(self.verdicts, self._model(), slot, error, where)
+        slot.finished = judges.judge_end(self.verdicts, self.spec_model(), slot, error, where)
 
     # ------------------------------------------------------------ checkpoints
 
-    def _state_dict(
-        self,
-        dataset: DatasetLike,
-        gate: CheckpointGate,
-        expected: ModelState,
-        rank_owned: Sequence[int],
-        name: str,
-        where: str,
+    def take_state_dict(
+        self, dataset: DatasetLike, gate: CheckpointGate, where: str
     ) -> Mapping[str, object] | None:
-        """``state_dict()`` when the spec's gate allows it (a refusal must match the spec's)."""
+        """``state_dict()`` when the spec's gate allows it (a refusal must match the spec's; refusing a
+        checkpoint after any batch breaks ``SameTopologyResumeProp``, D23)."""
         refusal = attempt(lambda: gate_check_state_dict(gate))
+        name = "SameTopologyResumeProp"
         try:
             state: Mapping[str, object] = dataset.state_dict()
         except Exception as error:
@@ -343,45 +383,75 @@ class DifferentialMachine(RuleBasedStateMachine):
             return None
         return copy.deepcopy(state)
 
+    def _slot_checkpoint(self, session: Session, slot: Slot, true: bool) -> Saved:
+        """The spec's checkpoint of ``slot`` after what it delivered: from what it loaded, or (``true``)
+        in the conforming chain from the job's truth."""
+        model = self.spec_model()
+        k = len(slot.delivered)
+        touched = frozenset(slot.owned) if k else frozenset()
+        passes = (Pass(0, 1, k),)
+        if true:
+            committed, start = state_after(slot.true_run, slot.truth, k), slot.true_saved
+        else:
+            committed, start = state_after(slot.expected, slot.start, k), slot.saved
+        partial = slot.owned if slot.simulated else None
+        return model.checkpoint(
+            start, committed, touched, passes, session.plan.world_size, slot.rank, partial
+        )
+
+    def _session_truth(self, session: Session) -> ModelState:
+        """Where the job is: every split at its owner slot's true progress."""
+        return assemble(
+            [
+                (state_after(slot.true_run, slot.truth, len(slot.delivered)), slot.owned)
+                for slot in session.slots
+            ]
+        )
+
     def _snapshot(self, session: Session, slot: Slot) -> Recorded | None:
-        model = self._model()
+        model = self.spec_model()
         if slot.dataset is None:
             return None
         where = f"checkpoint of {slot.label} after {len(slot.delivered)} items"
-        expected = state_after(slot.expected, slot.start, len(slot.delivered))
-        rank_owned = rank_splits(model.config.num_splits, session.plan.world_size, slot.rank)
-        state = self._state_dict(
-            slot.dataset, CheckpointGate(), expected, rank_owned, "CheckpointRoundTripInv", where
-        )
+        state = self.take_state_dict(slot.dataset, CheckpointGate(), where)
         if state is None:
             return None
-        judges.judge_state(
-            self.verdicts, model, state, expected, slot.start, slot.owned, "ResumeEquivalenceProp", where
+        expected = self._slot_checkpoint(session, slot, False)
+        provenance = self.writes_provenance(state, where)
+        checkpoints.judge_checkpoint(
+            self.verdicts,
+            model,
+            state,
+            expected,
+            slot.saved,
+            slot.owned,
+            "ResumeEquivalenceProp",
+            where,
+            provenance,
         )
-        truth = state_after(slot.true_run, slot.truth, len(slot.delivered))
-        history = list(session.history)
-        for item in slot.delivered:
-            history[item.split] = (*history[item.split], item)
+        true = self._slot_checkpoint(session, slot, True)
+        truth = self._session_truth(session)
+        splits, _ = lineage(session)
+        history: History = tuple(tuple(items) for items in splits)
         label = f"{slot.label}@{len(slot.delivered)} epoch {model.number}"
-        recorded = Recorded(label, model.number, state, truth, tuple(history))
+        sound = session.lineage and model.agrees(true, truth)
+        recorded = Recorded(
+            label, model.number, state, truth, history, true, session.lineage, sound, chain=session.chain
+        )
         slot.latest = recorded
         return recorded
 
     # ------------------------------------------------------------ merging
 
-    def _impl_merge(self, states: Sequence[Mapping[str, object]]) -> State | Exception:
+    def impl_merge(self, states: Sequence[Mapping[str, object]]) -> State | Exception:
         try:
             return self.implementation.merge_state_dicts([copy.deepcopy(dict(s)) for s in states])
         except Exception as error:
             return error
 
-    def _same_merge(
-        self, impl: State | Exception, spec: dict[str, object] | SpecError, name: str, what: str
-    ) -> None:
-        judges.judge_merge(self.verdicts, self._model(), impl, spec, name, what)
-
     def _merge(self, session: Session) -> Recorded | None:
-        model = self._model()
+        """Merge the latest checkpoint of every slot (taking one now where a slot has none)."""
+        model = self.spec_model()
         records: list[Recorded] = []
         for slot in session.slots:
             record = slot.latest if slot.latest is not None else self._snapshot(session, slot)
@@ -390,90 +460,117 @@ class DifferentialMachine(RuleBasedStateMachine):
                 return None
             records.append(record)
         states = [r.state for r in records]
-        merged = self._impl_merge(states)
-        self._same_merge(merged, attempt(lambda: merge_state_dicts(states)), "MergeLatticeInv", "merge")
-        self._check_lattice(states)
-        truths = [model.snapshot(r.truth) for r in records]
-        exact = attempt(lambda: merge_state_dicts(truths))
-        self._same_merge(merged, exact, "MergeExactProp", "merge of the latest checkpoints")
-        if isinstance(merged, Exception) or isinstance(exact, SpecError):
-            return None
-        truth = attempt(lambda: model.load(exact))
-        if isinstance(truth, SpecError):
+        merged = self.impl_merge(states)
+        owners = [(r.state, slot.owned) for slot, r in zip(session.slots, records)]
+        truth = assemble([(r.truth, slot.owned) for slot, r in zip(session.slots, records)])
+        true_dicts = [snapshot_saved(r.expected) for r in records]
+        protocols.judge_merges(self, states, merged, owners, true_dicts, truth, session.lineage, "merge")
+        if isinstance(merged, Exception):
             return None
         history = list(model.empty_history())
         for slot, record in zip(session.slots, records):
             for s in slot.owned:
                 history[s] = record.history[s]
+        expected = merge_saved([r.expected for r in records])
+        label = f"merge of {len(records)} epoch {model.number}"
         return Recorded(
-            f"merge of {len(records)} epoch {model.number}", model.number, merged, truth, tuple(history)
+            label,
+            model.number,
+            merged,
+            truth,
+            tuple(history),
+            expected,
+            session.lineage,
+            session.lineage,
+            chain=session.chain,
         )
-
-    def _check_lattice(self, states: list[Mapping[str, object]]) -> None:
-        """The merge commutes, is idempotent and associative, as the spec's join is."""
-        variants: list[tuple[str, list[Mapping[str, object]]]] = [
-            ("merge(reversed)", states[::-1]),
-            ("merge(states + states)", states + states),
-        ]
-        half = max(1, len(states) // 2)
-        left, right = self._impl_merge(states[:half]), self._impl_merge(states[half:])
-        if not isinstance(left, Exception) and not isinstance(right, Exception):
-            variants.append(("merge([merge(left), merge(right)])", [left, right]))
-        for what, variant in variants:
-            self._same_merge(
-                self._impl_merge(variant),
-                attempt(functools.partial(merge_state_dicts, variant)),
-                "MergeLatticeInv",
-                what,
-            )
 
     # ------------------------------------------------------------ loading
 
-    def _load(self, dataset: DatasetLike, record: Recorded, via_json: bool, where: str) -> ModelState | None:
-        """Load ``record`` into ``dataset``; the result is the spec's reading, ``None`` when rejected."""
-        model = self._model()
-        payload = json.loads(json.dumps(record.state)) if via_json else copy.deepcopy(dict(record.state))
-        spec = attempt(lambda: model.load(payload))
+    def load_checkpoint(
+        self,
+        dataset: DatasetLike,
+        payload: Mapping[str, object],
+        world_size: int,
+        rank: int,
+        record: Recorded,
+        where: str,
+    ) -> Saved | None:
+        """Load ``payload`` (a copy of what ``record`` holds) into ``dataset`` of ``rank``; the result is
+        the spec's reading, ``None`` when it is refused (which must match the spec's refusal)."""
+        model = self.spec_model()
+        spec = attempt(lambda: model.read(payload, world_size, rank))
         try:
-            dataset.load_state_dict(payload)
+            dataset.load_state_dict(dict(payload))
         except Exception as error:
-            judges.judge_load(self.verdicts, spec, error, record, where)
+            checkpoints.judge_load(self.verdicts, spec, error, record, where)
             return None
-        if not judges.judge_load(self.verdicts, spec, None, record, where):
+        if not checkpoints.judge_load(self.verdicts, spec, None, record, where):
             return None
         assert not isinstance(spec, SpecError)
         return spec
 
-    def _check_reload(
-        self, dataset: DatasetLike, plan: SessionPlan, rank: int, loaded: ModelState, where: str
+    def check_reload(
+        self,
+        dataset: DatasetLike,
+        plan: SessionPlan,
+        rank: int,
+        loaded: Saved,
+        owned: Sequence[int],
+        simulated: bool,
+        where: str,
     ) -> None:
-        """After a load, ``state_dict()`` answers the loaded checkpoint in canonical form."""
-        model = self._model()
-        rank_owned = rank_splits(model.config.num_splits, plan.world_size, rank)
-        state = self._state_dict(
-            dataset, CheckpointGate(), loaded, rank_owned, "CheckpointRoundTripInv", where
+        """After a load, ``state_dict()`` answers the spec's checkpoint of a session that did nothing."""
+        model = self.spec_model()
+        state = self.take_state_dict(dataset, CheckpointGate(), where)
+        if state is None:
+            return
+        partial = owned if simulated else None
+        expected = model.checkpoint(loaded, loaded.state, frozenset(), (), plan.world_size, rank, partial)
+        checkpoints.judge_checkpoint(
+            self.verdicts,
+            model,
+            state,
+            expected,
+            loaded,
+            owned,
+            "CheckpointRoundTripInv",
+            f"{where}: state_dict() after the load",
+            self.writes_provenance(state, where),
         )
-        if state is not None and dict(state) != model.snapshot(loaded):
-            self._fail(
-                "CheckpointRoundTripInv",
-                f"{where}: state_dict() after load is {dict(state)!r}, loaded {model.snapshot(loaded)!r}",
-            )
 
-    def _resumed_session(self, plan: SessionPlan, record: Recorded, via_json: bool) -> Session:
-        model = self._model()
+    def _resumed_session(
+        self, plan: SessionPlan, record: Recorded, via_json: bool, protocol: ProtocolName
+    ) -> Session:
+        """Every slot of ``plan`` loads what ``protocol`` gives its rank from ``record``; a refusal
+        starts a fresh session instead."""
+        given = protocols.starts(self, record, protocol)
+        if given is None:
+            return self._fresh_session(plan, f"fresh ({record!r} not merged)")
+        if given.world_size is not None and given.world_size != plan.world_size:
+            plan = self.fit_plan(replace(plan, world_size=given.world_size))
         slots: list[Slot] = []
         for r, w, info in self._topology(plan):
-            where = f"resume {record!r} on rank {r} worker {w}"
-            dataset = self._dataset(plan, r, info)
-            loaded = None if dataset is None else self._load(dataset, record, via_json, where)
+            where = f"resume {record!r} ({given.protocol}) on rank {r} worker {w}"
+            dataset = self.new_dataset(plan, r, info)
+            raw = given.payload(r)
+            payload = json.loads(json.dumps(raw)) if via_json else copy.deepcopy(dict(raw))
+            loaded = (
+                None
+                if dataset is None
+                else self.load_checkpoint(dataset, payload, plan.world_size, r, record, where)
+            )
             if loaded is None:
                 return self._fresh_session(plan, f"fresh ({record!r} rejected)")
             assert dataset is not None
-            self._check_reload(dataset, plan, r, loaded, where)
-            slots.append(self._slot(plan, r, w, dataset, loaded, record.truth, True))
-        return Session(plan, model, slots, record.history, f"from {record!r}")
-
-    # ------------------------------------------------------------ StreamingDataLoader
+            true_saved = protocols.true_start(self, given, r, plan.world_size, record.truth)
+            slot = self._slot(plan, (r, w, info is not None), dataset, loaded, true_saved, record.truth, True)
+            self.check_reload(dataset, plan, r, loaded, slot.owned, slot.simulated, where)
+            slots.append(slot)
+        origin = f"from {record!r} ({given.protocol})"
+        return Session(
+            plan, self.spec_model(), slots, record.history, origin, given.lineage, record.chain + 1
+        )
 
 
 def _invariant(name: str) -> Callable[[DifferentialMachine], None]:

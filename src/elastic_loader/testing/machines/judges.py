@@ -27,34 +27,26 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ...spec import Block, Exhausted, PackedRun, PackedState, Raised, RowRun, RowState, SpecError, Yielded
+from ...spec import Block, Exhausted, PackedRun, Raised, RowRun, RowState, SpecError, Yielded
 from ...spec import invariants as inv
 from ...spec.loader import LoaderRun, global_steps
-from ..adapters import State
 from ..tables import InjectedFault, fault_row
-from .model import EpochModel, Item, ModelState, Run, attempt, builtin_error, describe, items_of, packed_split
-from .sessions import Recorded, Session, Slot, lineage
+from .model import EpochModel, Item, Run, builtin_error, describe, items_of
+from .sessions import Session, Slot, lineage
 
 NOT_CHECKED: Mapping[str, str] = {
     "SplitSizeInv": "a property of the storage backend's permutation, which implementation and spec share",
     "ComputedBijectionInv": "a property of the opt-in computed permutation, which StreamingDataset "
     "does not read yet; tests/pipeline/reading/test_pipe_computed.py compares the pipeline's with the spec's",
     **{
-        name: "the pipeline does not read the local permutation yet"
+        name: "a property of the opt-in local permutation, which StreamingDataset does not read yet; "
+        "tests/pipeline/reading/test_pipe_local.py compares the pipeline's with the spec's"
         for name in ("LocalBijectionInv", "LocalLocalityInv", "LocalDegeneracyInv")
     },
-    **{
-        name: "a save-protocol invariant: the machines' protocol rules are being written"
-        for name in (
-            "LockstepInferenceInv",
-            "MergeReportedInv",
-            "PartialStateRefusedInv",
-            "ReachableLoadInv",
-            "TableVersionPinInv",
-            "ProtocolChainProp",
-            "SameTopologyResumeProp",
-        )
-    },
+    "TableVersionPinInv": "the machines' tables never change inside an example, so a resume cannot read "
+    "another version than its checkpoint's (the pin a checkpoint records is compared with the spec's, "
+    "under CheckpointRoundTripInv); tests/pipeline/checkpoint/test_pipe_protocols.py appends, deletes "
+    "and updates rows after a save and cleans old versions up",
     **{
         name: "a mixture invariant: the pipeline has no mixtures yet (spec/MIXTURES.md)"
         for name in (
@@ -97,6 +89,17 @@ class Verdicts:
             self.fail(violation.name, violation.detail)
         except SpecError as error:
             raise AssertionError(f"the spec rejected its own inputs: {error}") from error
+
+    def judge(self, name: str, check: Callable[[], None], where: str = "") -> None:
+        """Run a spec predicate on the implementation's data; record its violation, and record a
+        violation of ``name`` when the spec cannot even read that data."""
+        prefix = f"{where}: " if where else ""
+        try:
+            check()
+        except inv.InvariantViolation as violation:
+            self.fail(violation.name, prefix + violation.detail)
+        except SpecError as error:
+            self.fail(name, f"{prefix}the spec cannot judge what the implementation gave: {error}")
 
     def report(self, name: str, enforced: frozenset[str]) -> None:
         """Raise the recorded violation of ``name`` if it is enforced."""
@@ -249,98 +252,6 @@ def judge_finished_run(verdicts: Verdicts, model: EpochModel, slot: Slot) -> Non
 # ---------------------------------------------------------------- checkpoints
 
 
-def judge_state(
-    verdicts: Verdicts,
-    model: EpochModel,
-    state: Mapping[str, object],
-    expected: ModelState,
-    start: ModelState,
-    owned: Sequence[int],
-    exact: str,
-    where: str,
-) -> ModelState | None:
-    """Judge a checkpoint the implementation wrote; return the spec's reading of it.
-
-    ``exact`` names the invariant that a wrong progress on the owned splits breaks.
-    """
-    _judge_format(verdicts, model, state, expected, where)
-    try:
-        parsed = model.load(state)
-    except SpecError as error:
-        bounds = error.code in ("progress_out_of_range", "positions_below_samples")
-        name = "ProgressBoundsInv" if bounds else "CheckpointRoundTripInv"
-        verdicts.fail(name, f"{where}: the spec cannot read {dict(state)!r}: {error}")
-        return None
-    canonical = model.snapshot(parsed)
-    if dict(state) != canonical:
-        verdicts.fail(
-            "CheckpointRoundTripInv", f"{where}: {dict(state)!r} is not the canonical {canonical!r}"
-        )
-    if isinstance(parsed, RowState):
-        assert isinstance(start, RowState) and isinstance(expected, RowState)
-        got, exp = _judge_row_progress(verdicts, model, parsed, expected, start, owned)
-    else:
-        assert isinstance(start, PackedState) and isinstance(expected, PackedState)
-        got, exp = _judge_packed_progress(verdicts, model, parsed, expected, start, owned, state, where)
-    if got != exp:
-        verdicts.fail(exact, f"{where}: splits {list(owned)} at {got}, the spec says {exp}")
-    return parsed
-
-
-def _judge_row_progress(
-    verdicts: Verdicts,
-    model: EpochModel,
-    parsed: RowState,
-    expected: RowState,
-    start: RowState,
-    owned: Sequence[int],
-) -> tuple[list[object], list[object]]:
-    """Bounds, skip accounting and honesty of a row checkpoint; its and the spec's owned progress."""
-    verdicts.guard(lambda: inv.ProgressBoundsInv(parsed, model.split_len))
-    verdicts.guard(lambda: inv.SkipAccountingInv(model.perm, model.faults, parsed))
-    verdicts.guard(lambda: inv.HonestProgressInv(start, RowRun(start, (), (parsed,), Exhausted()), owned))
-    got: list[object] = [(parsed.samples[s], parsed.positions[s]) for s in owned]
-    exp: list[object] = [(expected.samples[s], expected.positions[s]) for s in owned]
-    return got, exp
-
-
-def _judge_packed_progress(
-    verdicts: Verdicts,
-    model: EpochModel,
-    parsed: PackedState,
-    expected: PackedState,
-    start: PackedState,
-    owned: Sequence[int],
-    state: Mapping[str, object],
-    where: str,
-) -> tuple[list[object], list[object]]:
-    """Unowned packed splits keep their loaded values; the checkpoint's and the spec's owned progress."""
-    unowned = [s for s in range(model.config.num_splits) if s not in owned]
-    moved = [s for s in unowned if packed_split(parsed, s) != packed_split(start, s)]
-    if moved:
-        verdicts.fail("HonestProgressInv", f"{where}: unowned packed splits {moved} changed: {dict(state)!r}")
-    got: list[object] = [packed_split(parsed, s) for s in owned]
-    exp: list[object] = [packed_split(expected, s) for s in owned]
-    return got, exp
-
-
-def _judge_format(
-    verdicts: Verdicts, model: EpochModel, state: Mapping[str, object], expected: ModelState, where: str
-) -> None:
-    """The checkpoint's keys, and an ``"auto"`` budget resolved to the spec's estimate."""
-    want = model.snapshot(expected)
-    if list(state) != list(want):
-        verdicts.fail("CheckpointRoundTripInv", f"{where}: keys {list(state)} != {list(want)}")
-    if model.auto and state.get("blocks_per_epoch") != want["blocks_per_epoch"]:
-        reported = state.get("blocks_per_epoch")
-        verdicts.fail(
-            "AutoBudgetInv",
-            f"{where}: blocks_per_epoch {reported!r}, spec estimate {want['blocks_per_epoch']}",
-        )
-        if isinstance(reported, int):
-            verdicts.guard(lambda: inv.AutoBudgetInv(reported, model.config.num_splits))
-
-
 def judge_state_dict(
     verdicts: Verdicts, refusal: object, answer: Mapping[str, object] | Exception, name: str, where: str
 ) -> bool:
@@ -355,51 +266,6 @@ def judge_state_dict(
         verdicts.fail(name, f"{where}: state_dict() answered {answer!r}; the spec refuses: {refusal}")
         return False
     return True
-
-
-def judge_load(
-    verdicts: Verdicts, spec: ModelState | SpecError, error: Exception | None, record: Recorded, where: str
-) -> bool:
-    """``load_state_dict`` raised ``error`` (or nothing): it must fail exactly when the spec rejects the
-    checkpoint, with the spec's builtin class; return whether the checkpoint is loaded."""
-    if error is not None:
-        if not isinstance(spec, SpecError):
-            verdicts.fail("CheckpointRoundTripInv", f"{where}: load_state_dict raised {describe(error)}")
-        elif not isinstance(error, builtin_error(spec)):
-            verdicts.fail(
-                "CheckpointRoundTripInv", f"{where}: load_state_dict raised {describe(error)}; spec: {spec}"
-            )
-        return False
-    if isinstance(spec, SpecError):
-        verdicts.fail(
-            "CheckpointRoundTripInv",
-            f"{where}: load_state_dict accepted {record!r} (epoch {record.epoch}); "
-            f"the spec rejects it: {spec}",
-        )
-        return False
-    return True
-
-
-def judge_merge(
-    verdicts: Verdicts,
-    model: EpochModel,
-    impl: State | Exception,
-    spec: dict[str, object] | SpecError,
-    name: str,
-    what: str,
-) -> None:
-    """The implementation's merge (or its error) against the spec's, compared as the spec reads them."""
-    if isinstance(spec, SpecError):
-        if not isinstance(impl, builtin_error(spec)):
-            verdicts.fail(name, f"{what}: implementation gave {impl!r}; the spec raises {spec}")
-        return
-    if isinstance(impl, Exception):
-        verdicts.fail(name, f"{what}: implementation raised {describe(impl)}; spec {spec!r}")
-        return
-    mine = attempt(lambda: model.load(impl))
-    theirs = attempt(lambda: model.load(spec))
-    if isinstance(mine, SpecError) or mine != theirs:
-        verdicts.fail(name, f"{what}: implementation {impl!r} != spec {spec!r}")
 
 
 # ---------------------------------------------------------------- StreamingDataLoader batches
@@ -516,23 +382,44 @@ def judge_steps(verdicts: Verdicts, model: EpochModel, splits: Sequence[Sequence
             return
 
 
+def judge_chain(
+    verdicts: Verdicts, model: EpochModel, splits: Sequence[Sequence[Item]], finished: bool, where: str
+) -> None:
+    """``ProtocolChainProp`` on a lineage that went through save protocols: every split's rows
+    (blocks) once, in order, from the start of the epoch; all of them once it is finished."""
+    delivered = [item for split in splits for item in split]
+    corpus = model.corpus if model.packing is not None else None
+    verdicts.judge(
+        "ProtocolChainProp",
+        lambda: inv.ProtocolChainProp(model.perm, model.faults, corpus, model.packing, delivered, finished),
+        where,
+    )
+
+
 # ---------------------------------------------------------------- the table
+# Every lineage check runs only while the session's lineage describes the job (Session.lineage).
 
 
 def _packed_lineage(verdicts: Verdicts, model: EpochModel, session: Session) -> None:
-    if model.packing is not None:
+    if model.packing is not None and session.lineage:
         splits, finished = lineage(session)
         judge_lineage(verdicts, model, splits, finished, f"lineage of {session.origin}")
 
 
 def _row_steps(verdicts: Verdicts, model: EpochModel, session: Session) -> None:
-    if model.packing is None:
+    if model.packing is None and session.lineage:
         splits, _ = lineage(session)
         judge_steps(verdicts, model, splits, f"lineage of {session.origin}")
 
 
+def _protocol_chain(verdicts: Verdicts, model: EpochModel, session: Session) -> None:
+    if session.lineage and session.chain >= 1:
+        splits, finished = lineage(session)
+        judge_chain(verdicts, model, splits, finished, f"lineage of {session.origin}")
+
+
 def _rows_once(verdicts: Verdicts, model: EpochModel, session: Session) -> None:
-    if model.packing is None:
+    if model.packing is None and session.lineage:
         splits, finished = lineage(session)
         rows = [item for split in splits for item in split if isinstance(item, Yielded)]
         verdicts.guard(lambda: inv.ExactlyOnceProp(model.perm, model.faults, rows, finished))
@@ -557,14 +444,16 @@ JUDGES: Mapping[str, Judge] = {
     "ProgressBoundsInv": Judge("Checkpoints keep ``0 <= samples <= positions <= split length``."),
     "SkipAccountingInv": Judge("``positions - samples`` counts the skipped rows before ``positions``."),
     "HonestProgressInv": Judge(
-        "A checkpoint reports loaded values for the splits its iterator does not own."
+        "A checkpoint keeps the loaded value of every split it neither owns nor infers (a sibling "
+        "worker's, an unknown split, a packed projection's base)."
     ),
     "CatchUpInv": Judge("Lagging splits catch up first, in (count, split) order."),
     "MergeLatticeInv": Judge(
-        "``merge_state_dicts`` is the spec's join (commutative, associative, idempotent)."
+        "``merge_state_dicts`` is the spec's merge (commutative, associative, idempotent)."
     ),
     "CheckpointRoundTripInv": Judge(
-        "Checkpoints have the spec's format, load iff the spec accepts them, and save(load(c)) == c."
+        "Checkpoints have the spec's keys, canonical form and table pin; a load refuses what does not "
+        "fit the dataset; right after a load, ``state_dict()`` is the spec's."
     ),
     "PackingConservationInv": Judge(
         "Delivered tokens of a split are exactly its documents, each followed by EOS, in order.",
@@ -589,6 +478,29 @@ JUDGES: Mapping[str, Judge] = {
         "Every split emits exactly ``blocks_per_epoch / S`` blocks of ``pack_sequences`` tokens."
     ),
     "RaisePositionProp": Judge("A raising row surfaces after every row before its cycle, never earlier."),
+    "LockstepInferenceInv": Judge(
+        "A checkpoint infers every other split (and the cursor) as the spec does; in a lockstep session "
+        "every rank's checkpoint resumes every split it knows as its owner's does."
+    ),
+    "MergeReportedInv": Judge(
+        "A merge takes every split from the checkpoint of its owner; leaving out a rank raises."
+    ),
+    "PartialStateRefusedInv": Judge(
+        "A rank refuses a checkpoint that does not know one of its splits, and a one-rank packed "
+        "checkpoint without the provenance key."
+    ),
+    "ReachableLoadInv": Judge(
+        "Every checkpoint the implementation writes loads back (its digest is the spec's); an edited "
+        "progress value is refused."
+    ),
+    "ProtocolChainProp": Judge(
+        "Along resumes by any save protocol, every split's rows (blocks) reach the trainer once, in order.",
+        _protocol_chain,
+    ),
+    "SameTopologyResumeProp": Judge(
+        "``state_dict()`` answers after any batch; a loader session resumed on its own shape continues "
+        "every rank's batch sequence."
+    ),
 }
 """Every checked invariant, in :data:`CHECKED` order."""
 

@@ -4,7 +4,12 @@ Rules of this module: only the spec is called here, never an implementation;
 :class:`EpochModel` is built from the configuration and the shared table
 (:func:`epoch_model`) and is frozen; the helpers turn spec runs and spec
 errors into what the machines compare (:func:`state_after`,
-:func:`builtin_error`, :func:`describe`).
+:func:`builtin_error`, :func:`describe`). Checkpoints are the spec's
+:class:`~elastic_loader.spec.saved.Saved` values: what a rank writes is
+:meth:`EpochModel.checkpoint` (``rank_checkpoint``), what it loads
+:meth:`EpochModel.read` (``load_for_rank``), where it starts
+:meth:`EpochModel.resolved` (projections replayed). Two states of a split are
+the same progress when they resume alike (:meth:`EpochModel.future`).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from ...spec import (
     PackedRun,
     PackedState,
     PackingConfig,
+    Pass,
     Permutation,
     RowRun,
     RowState,
@@ -37,10 +43,13 @@ from ...spec import (
     iterate_rows,
     load_packed,
     load_row,
+    rank_checkpoint,
+    resolve,
     snapshot_packed,
     snapshot_row,
 )
 from ...spec import invariants as inv
+from ...spec.saved import Saved, TablePin, exact, load_for_rank, load_saved
 from ..tables import TableCache, doc_lengths
 from .plans import MachineConfig
 
@@ -66,6 +75,10 @@ class EpochModel:
     per_split: tuple[tuple[Item, ...], ...]
     """Per split, its topology-free item sequence of the epoch."""
     auto: bool
+    pin: TablePin | None = None
+    """The table version and row count a checkpoint of this epoch records."""
+    skipping: bool = False
+    """The transform errors may skip rows (``on_transform_error`` is ``"skip"`` or ``"warn"``)."""
 
     @property
     def split_len(self) -> int:
@@ -97,6 +110,55 @@ class EpochModel:
         if self.packing is None:
             return load_row(self.config, payload, self.split_len)
         return load_packed(self.config, payload, self.split_len)
+
+    def fresh(self) -> Saved:
+        """The checkpoint of the epoch's start (every split reported, nothing read)."""
+        return exact(self.config, self.initial(), self.pin)
+
+    def read(self, payload: object, world_size: int, rank: int) -> Saved:
+        """``load_state_dict`` on ``rank`` of ``world_size`` ranks (raises ``SpecError`` when refused)."""
+        return load_for_rank(self.config, payload, self.split_len, world_size, rank)
+
+    def parse(self, payload: object) -> Saved:
+        """A checkpoint as the spec reads it, whoever would load it (raises ``SpecError``)."""
+        return load_saved(self.config, payload, self.split_len, alone=False)
+
+    def resolved(self, saved: Saved, splits: Sequence[int]) -> ModelState:
+        """Where an iterator over ``splits`` starts from ``saved`` (projections replayed)."""
+        corpus = self.corpus if self.packing is not None else None
+        return resolve(saved, self.perm, self.faults, splits, corpus)
+
+    def checkpoint(
+        self,
+        start: Saved,
+        committed: ModelState,
+        touched: frozenset[int],
+        passes: Sequence[Pass],
+        world_size: int,
+        rank: int,
+        partial: Sequence[int] | None = None,
+    ) -> Saved:
+        """What ``state_dict()`` of ``rank`` says after ``passes`` from ``start`` (``rank_checkpoint``)."""
+        return rank_checkpoint(
+            start, committed, touched, passes, world_size, rank, self.split_len, self.skipping, partial
+        )
+
+    def future(self, state: ModelState, split: int) -> tuple[object, ...]:
+        """How a resume of ``split`` from ``state`` goes on: its row progress, or its block count and
+        the blocks it still emits (a fill not emitted yet resumes alike)."""
+        if isinstance(state, RowState):
+            return state.samples[split], state.positions[split]
+        assert self.packing is not None
+        run = iterate_packed(self.perm, self.corpus, self.faults, (split,), self.packing, state)
+        return state.emitted[split], run.blocks
+
+    def agrees(self, saved: Saved, truth: ModelState) -> bool:
+        """Every split ``saved`` knows resumes as ``truth`` does (its inferences are the owners')."""
+        known = [s for s in range(self.config.num_splits) if s not in saved.unknown]
+        state = attempt(lambda: self.resolved(saved, known))
+        if isinstance(state, SpecError):
+            return False
+        return all(self.future(state, s) == self.future(truth, s) for s in known)
 
     def run(self, owned: Sequence[int], start: ModelState) -> Run:
         """The spec run of one iterator (raises ``SpecError`` when the spec says iteration fails)."""
@@ -141,7 +203,10 @@ def epoch_model(cfg: MachineConfig, tables: TableCache, number: int) -> EpochMod
             run = iterate_packed(perm, corpus, faults, (s,), packing, initial_packed_state(len(perm)))
             per_split.append(run.blocks)
     auto = cfg.packing is not None and cfg.packing.blocks_per_split is None
-    return EpochModel(number, perm, faults, config, corpus, index, tuple(per_split), auto)
+    version = getattr(tables.table(key), "version", None)
+    pin = TablePin(version if isinstance(version, int) else None, cfg.num_splits * len(perm[0]))
+    skipping = cfg.faults.mode in ("skip", "warn")
+    return EpochModel(number, perm, faults, config, corpus, index, tuple(per_split), auto, pin, skipping)
 
 
 def note(text: str) -> None:
@@ -191,3 +256,32 @@ def packed_split(state: PackedState, split: int) -> tuple[int, int, tuple[int, .
     """Everything a packed state holds about one split: emitted, consumed, buffer tokens and starts."""
     buffer = state.buffer(split)
     return state.emitted[split], state.consumed[split], buffer.tokens, buffer.starts
+
+
+def assemble(parts: Sequence[tuple[ModelState, Sequence[int]]]) -> ModelState:
+    """One state holding, for the splits of each part, that part's values (later parts win)."""
+    base = parts[0][0]
+    if isinstance(base, RowState):
+        samples, positions = list(base.samples), list(base.positions)
+        for state, splits in parts:
+            assert isinstance(state, RowState)
+            for s in splits:
+                samples[s], positions[s] = state.samples[s], state.positions[s]
+        return RowState(tuple(samples), tuple(positions))
+    assert isinstance(base, PackedState)
+    consumed, emitted, buffers = list(base.consumed), list(base.emitted), dict(base.buffers)
+    for state, splits in parts:
+        assert isinstance(state, PackedState)
+        for s in splits:
+            consumed[s], emitted[s] = state.consumed[s], state.emitted[s]
+            buffers.pop(s, None)
+            if s in state.buffers:
+                buffers[s] = state.buffers[s]
+    return PackedState(tuple(consumed), tuple(emitted), buffers)
+
+
+def split_value(state: ModelState, split: int) -> tuple[object, ...]:
+    """The plain values one split has in a state (what the reference keys say about it)."""
+    if isinstance(state, RowState):
+        return state.samples[split], state.positions[split]
+    return packed_split(state, split)

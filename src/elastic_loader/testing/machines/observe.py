@@ -1,7 +1,9 @@
 """Reading what an implementation delivers as spec items (rows and blocks).
 
 Rules of this module: a row is identified by its ``id`` column, a block by
-its ``input_ids``/``doc_ids`` and the split its owner reads next; anything that
+its ``input_ids``/``doc_ids`` and the split of the spec's item at the same
+place of the run (after a mid-cycle resume, catch-up decides which split
+emits next, so the order of the owned splits cannot tell); anything that
 cannot be read is returned as a text (the machine records it as a violation),
 never raised. Only builtin containers and objects with ``tolist()`` (numpy,
 torch) are read as lists; bools are not integers.
@@ -35,8 +37,11 @@ def int_list(value: object) -> tuple[int, ...]:
     return tuple(v for v in out if isinstance(v, int))
 
 
-def decode_item(model: EpochModel, owned: Sequence[int], position: int, raw: object) -> Item | str:
-    """The ``position``-th item an iterator over ``owned`` yielded, or why it cannot be read."""
+def decode_item(
+    model: EpochModel, owned: Sequence[int], position: int, raw: object, model_items: Sequence[Item]
+) -> Item | str:
+    """The ``position``-th item an iterator over ``owned`` yielded, or why it cannot be read
+    (``model_items``: the spec's items of the same run, which give a block its split)."""
     try:
         if model.packing is None:
             if not isinstance(raw, Mapping) or ID_COLUMN not in raw:
@@ -53,7 +58,7 @@ def decode_item(model: EpochModel, owned: Sequence[int], position: int, raw: obj
         return str(error)
     pad = model.packing.pad_id
     real = ids.index(pad) if pad in ids else len(ids)
-    split = owned[position % len(owned)]
+    split = model_items[position].split if position < len(model_items) else owned[position % len(owned)]
     return Block(split, ids, doc_ids, real)
 
 

@@ -171,20 +171,36 @@ def session_plans() -> st.SearchStrategy[SessionPlan]:
     return st.builds(
         SessionPlan,
         world_size=st.sampled_from((2, 1, 4, 3)),
-        num_workers=st.integers(0, 2),
+        # Simulated workers write partial checkpoints (no inference): draw sessions of whole ranks
+        # about two times in three, so one rank's checkpoint of a lockstep job is common.
+        num_workers=st.one_of(st.just(0), st.integers(0, 2)),
         read_batch_size=st.integers(1, 8),
         io_queue_depth=st.integers(1, 3),
         transform_parallelism=st.integers(1, 2),
     )
 
 
+ProtocolName = Literal["one_rank", "merge_all", "own"]
+"""A save protocol (``spec.protocols.Protocol``): how a session's checkpoints become the next starts."""
+PROTOCOLS: tuple[ProtocolName, ...] = ("one_rank", "merge_all", "own")
+
+
+def protocols() -> st.SearchStrategy[ProtocolName]:
+    """Draw a save protocol (one rank's checkpoint first: the simplest, and the one users keep)."""
+    return st.sampled_from(PROTOCOLS)
+
+
 @dataclass(frozen=True)
 class LoaderPlan:
-    """One ``StreamingDataLoader`` run: rank (modulo ``W``), batch size and number of batches.
+    """One lockstep ``StreamingDataLoader`` session: every rank of ``world_size`` ranks takes
+    ``batches`` batches of ``batch_size`` (fewer when a rank cannot deliver them, as
+    ``sync_epoch_end`` does), then every rank checkpoints.
 
-    ``aligned`` scales ``batch_size`` by the splits per worker and ``batches`` by
-    the worker count, so the run ends on a step boundary (a packed or
-    multi-worker checkpoint is allowed only there).
+    ``rank`` (modulo ``W``) is the rank whose checkpoint is kept for a one-rank resume;
+    ``protocol`` says how the checkpoint the session starts from is used (a one-rank state, a
+    merge of its session's states, or each rank's own); ``same_shape`` resumes it on the shape of
+    the loader session that wrote it (``SameTopologyResumeProp``). ``aligned`` scales
+    ``batch_size`` by the splits per worker, so every batch is whole cycles.
     """
 
     rank: int = 0
@@ -193,10 +209,12 @@ class LoaderPlan:
     aligned: bool = True
     world_size: int = 0
     """Run on this many ranks (fitted like :meth:`SessionPlan.fit`); 0 keeps the session's."""
+    protocol: ProtocolName = "one_rank"
+    same_shape: bool = False
 
 
 def loader_plans() -> st.SearchStrategy[LoaderPlan]:
-    """Draw a :class:`LoaderPlan` (the simplest plan is aligned: it can end in a checkpoint)."""
+    """Draw a :class:`LoaderPlan` (the simplest plan: one rank's state, aligned batches)."""
     return st.builds(
         LoaderPlan,
         rank=st.integers(0, 7),
@@ -204,19 +222,24 @@ def loader_plans() -> st.SearchStrategy[LoaderPlan]:
         batches=st.integers(1, 4),
         aligned=st.booleans().map(lambda unaligned: not unaligned),
         world_size=st.integers(0, 4),
+        protocol=protocols(),
+        same_shape=st.booleans(),
     )
 
 
 __all__ = [
     "FILTERS",
+    "PROTOCOLS",
     "ROW_COUNTS",
     "FaultPlan",
     "LoaderPlan",
     "MachineConfig",
     "PackingPlan",
+    "ProtocolName",
     "SessionPlan",
     "SimulatedWorker",
     "loader_plans",
     "machine_configs",
+    "protocols",
     "session_plans",
 ]

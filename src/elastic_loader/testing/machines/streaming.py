@@ -1,8 +1,9 @@
 """The full machines: every slot of a topology iterated on its own, in process.
 
 :class:`StreamingMachine` adds to :class:`~.differential.DifferentialMachine`
-the rules that consume from one slot, checkpoint one slot, merge the latest
-checkpoints of all slots, resume a checkpoint on another topology and start a
+the rules that consume from one slot or from every slot in lockstep,
+checkpoint one slot or every slot at once, merge the latest checkpoints of all
+slots, resume a checkpoint on another topology by a save protocol and start a
 new epoch. :class:`RowMachine` draws row-mode configurations only,
 :class:`PackedMachine` packing ones.
 
@@ -13,15 +14,21 @@ drawn modulo the session's slot count, so every draw is valid on any topology.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import replace
 from typing import ClassVar
 
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, precondition, rule
 
+from ...spec import SpecError
+from ...spec.saved import Saved
+from . import checkpoints, protocols
 from .differential import DifferentialMachine
-from .model import describe, epoch_model, note
-from .plans import MachineConfig, SessionPlan, machine_configs, session_plans
-from .sessions import CHECKPOINTS, Entry, Missing, Session
+from .model import attempt, describe, epoch_model, items_of, note
+from .plans import MachineConfig, ProtocolName, SessionPlan, machine_configs, session_plans
+from .plans import protocols as protocol_names
+from .sessions import CHECKPOINTS, Entry, Missing, Session, Slot
 
 
 class StreamingMachine(DifferentialMachine):
@@ -44,6 +51,53 @@ class StreamingMachine(DifferentialMachine):
             f"{target.delivered[before:]!r}, finished={target.finished}"
         )
 
+    @rule(count=st.integers(1, 24))
+    def consume_lockstep(self, count: int) -> None:
+        """Every slot takes the same number of items: ``count``, or what the slot that can deliver the
+        fewest still can, as ``sync_epoch_end`` does (a slot's own count per the spec's run)."""
+        session = self.session
+        assert session is not None
+        n = min([count, *(_remaining(slot) for slot in session.slots)])
+        for target in session.slots:
+            self._advance(session, target, n)
+        totals = [len(target.delivered) for target in session.slots]
+        note(f"lockstep: every slot took {n} items; delivered {totals}")
+
+    @rule(target=CHECKPOINTS, saver=st.integers(0, 63))
+    def save_all(self, saver: int) -> Entry:
+        """``state_dict()`` of every slot at once; the saver's is kept, with the others beside it when
+        every slot is a rank (a group: merge all, or each its own). In lockstep, every rank's
+        checkpoint must infer the others'."""
+        session = self.session
+        assert session is not None
+        records = [self._snapshot(session, slot) for slot in session.slots]
+        if any(r is None for r in records):
+            note("save_all: a slot has no checkpoint")
+            return Missing("save_all")
+        kept = [r for r in records if r is not None]
+        chosen = saver % len(kept)
+        record = kept[chosen]
+        if session.plan.num_workers == 0:
+            parsed = [attempt_parse(self, r.state) for r in kept]
+            started = session.lineage and all(
+                self.spec_model().agrees(s.saved, s.truth) for s in session.slots
+            )
+            if started and all(p is not None for p in parsed):
+                taken = [len(slot.delivered) for slot in session.slots]
+                where = f"save_all of {session.origin}"
+                checkpoints.judge_lockstep(
+                    self.verdicts, self.spec_model(), [p for p in parsed if p], taken, where
+                )
+            record = replace(
+                record,
+                label=f"{record.label} (of all)",
+                group=tuple(r.state for r in kept),
+                true_group=tuple(r.expected for r in kept),
+            )
+        protocols.probe(self, session.plan, session.slots[chosen].rank, record, "save_all")
+        note(f"saved every slot; kept {record!r}: {record.state!r}")
+        return record
+
     @rule(target=CHECKPOINTS, slot=st.integers(0, 63))
     def take_checkpoint(self, slot: int) -> Entry:
         """``state_dict()`` of one slot (when the spec allows it)."""
@@ -63,16 +117,19 @@ class StreamingMachine(DifferentialMachine):
         note(f"merged: {None if recorded is None else recorded.state!r}")
         return recorded or Missing("merge")
 
-    @rule(checkpoint=CHECKPOINTS, plan=session_plans(), via_json=st.booleans())
-    def resume(self, checkpoint: Entry, plan: SessionPlan, via_json: bool) -> None:
-        """Load a checkpoint into fresh datasets on another topology and continue from there."""
+    @rule(checkpoint=CHECKPOINTS, plan=session_plans(), via_json=st.booleans(), protocol=protocol_names())
+    def resume(self, checkpoint: Entry, plan: SessionPlan, via_json: bool, protocol: ProtocolName) -> None:
+        """Load a checkpoint into fresh datasets on another topology, by a save protocol, and continue."""
         if isinstance(checkpoint, Missing):
             note(f"{checkpoint!r}: nothing to resume")
             return
-        fitted = self._fit(plan)
+        fitted = self.fit_plan(plan)
         self._close_session()
-        self.session = self._resumed_session(fitted, checkpoint, via_json)
-        note(f"resumed {checkpoint!r} on {fitted!r} (json={via_json}); start {self.session.origin}")
+        self.session = self._resumed_session(fitted, checkpoint, via_json, protocol)
+        note(
+            f"resumed {checkpoint!r} on {self.session.plan!r} (json={via_json}, {protocol}); "
+            f"start {self.session.origin}, lineage judged: {self.session.lineage}"
+        )
 
     @rule(slot=st.integers(0, 63))
     def drain(self, slot: int) -> None:
@@ -92,7 +149,7 @@ class StreamingMachine(DifferentialMachine):
         """Start the next epoch: ``set_epoch`` on the datasets when possible, else fresh datasets."""
         assert self.cfg is not None and self.model is not None and self.session is not None
         old = self.session
-        fitted = self._fit(plan)
+        fitted = self.fit_plan(plan)
         self._close_session()
         self.model = epoch_model(self.cfg, self.tables, self.model.number + 1)
         moved = False
@@ -105,11 +162,14 @@ class StreamingMachine(DifferentialMachine):
                     if slot.dataset is not None
                 )
             except Exception as error:
-                self._fail("CanonicalOrderProp", f"set_epoch({self.model.number}) raised {describe(error)}")
+                self.fail("CanonicalOrderProp", f"set_epoch({self.model.number}) raised {describe(error)}")
         if moved:
             model = self.model
+            fresh = model.fresh()
             slots = [
-                self._slot(fitted, s.rank, s.worker, s.dataset, model.initial(), model.initial(), False)
+                self._slot(
+                    fitted, (s.rank, s.worker, s.simulated), s.dataset, fresh, fresh, fresh.state, False
+                )
                 for s in old.slots
             ]
             self.session = Session(fitted, model, slots, model.empty_history(), "set_epoch")
@@ -119,6 +179,20 @@ class StreamingMachine(DifferentialMachine):
             f"epoch {self.model.number} via {self.session.origin} on {fitted!r}; "
             f"permutation {self.model.perm!r}"
         )
+
+
+def _remaining(slot: Slot) -> int:
+    """Items the spec's run of ``slot`` still yields (0 once the slot finished)."""
+    if slot.finished is not None or isinstance(slot.expected, SpecError):
+        return 0
+    return max(0, len(items_of(slot.expected)) - len(slot.delivered))
+
+
+def attempt_parse(machine: DifferentialMachine, state: Mapping[str, object]) -> Saved | None:
+    """The spec's reading of a checkpoint the implementation wrote (``None``: it cannot read it,
+    which was judged when it was written)."""
+    parsed = attempt(lambda: machine.spec_model().parse(state))
+    return None if isinstance(parsed, SpecError) else parsed
 
 
 class RowMachine(StreamingMachine):

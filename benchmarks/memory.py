@@ -170,8 +170,7 @@ def _classes(impl: str) -> tuple[Any, Any]:
         from elastic_loader import StreamingDataLoader, StreamingDataset
 
         return StreamingDataset, StreamingDataLoader
-    from lancedb.streaming import StreamingDataLoader as RefLoader
-    from lancedb.streaming import StreamingDataset as RefDataset
+    from lancedb.streaming import StreamingDataLoader as RefLoader, StreamingDataset as RefDataset
 
     return RefDataset, RefLoader
 

@@ -16,8 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 _PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "quality.py"
 _SPEC = importlib.util.spec_from_file_location("bench_quality", _PATH)

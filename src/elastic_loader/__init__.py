@@ -20,10 +20,12 @@ from ._exports import lazy_exports
 
 if TYPE_CHECKING:  # the same names as _EXPORTS (tests/test_exports.py checks it)
     from ._pipeline._stats import Statistics as Statistics
-    from ._pipeline.dataset import DEFAULT_IO_QUEUE_DEPTH as DEFAULT_IO_QUEUE_DEPTH
-    from ._pipeline.dataset import DEFAULT_READ_BATCH_SIZE as DEFAULT_READ_BATCH_SIZE
-    from ._pipeline.dataset import StreamingDataset as StreamingDataset
-    from ._pipeline.dataset import merge_state_dicts as merge_state_dicts
+    from ._pipeline.dataset import (
+        DEFAULT_IO_QUEUE_DEPTH as DEFAULT_IO_QUEUE_DEPTH,
+        DEFAULT_READ_BATCH_SIZE as DEFAULT_READ_BATCH_SIZE,
+        StreamingDataset as StreamingDataset,
+        merge_state_dicts as merge_state_dicts,
+    )
     from ._pipeline.loader import StreamingDataLoader as StreamingDataLoader
 
 __version__ = "0.1.0"

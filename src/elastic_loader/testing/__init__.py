@@ -25,20 +25,23 @@ from typing import TYPE_CHECKING
 from .._exports import lazy_exports
 
 if TYPE_CHECKING:  # the same names as _EXPORTS (tests/test_exports.py checks it)
-    from .adapters import DatasetLike as DatasetLike
-    from .adapters import Implementation as Implementation
-    from .adapters import ModuleImplementation as ModuleImplementation
-    from .adapters import implementation_from_module as implementation_from_module
-    from .conformance import KNOWN_REFERENCE_RESULTS as KNOWN_REFERENCE_RESULTS
-    from .conformance import ConformanceReport as ConformanceReport
-    from .conformance import InvariantResult as InvariantResult
-    from .conformance import ProgressEvent as ProgressEvent
-    from .conformance import VectorResult as VectorResult
-    from .conformance import conformance_settings as conformance_settings
-    from .conformance import resolve_implementation as resolve_implementation
-    from .conformance import run_conformance as run_conformance
-    from .vectors import load_vectors as load_vectors
-    from .vectors import run_family as run_family
+    from .adapters import (
+        DatasetLike as DatasetLike,
+        Implementation as Implementation,
+        ModuleImplementation as ModuleImplementation,
+        implementation_from_module as implementation_from_module,
+    )
+    from .conformance import (
+        KNOWN_REFERENCE_RESULTS as KNOWN_REFERENCE_RESULTS,
+        ConformanceReport as ConformanceReport,
+        InvariantResult as InvariantResult,
+        ProgressEvent as ProgressEvent,
+        VectorResult as VectorResult,
+        conformance_settings as conformance_settings,
+        resolve_implementation as resolve_implementation,
+        run_conformance as run_conformance,
+    )
+    from .vectors import load_vectors as load_vectors, run_family as run_family
 
 _EXPORTS = {
     "run_conformance": ".conformance",

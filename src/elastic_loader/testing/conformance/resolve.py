@@ -21,8 +21,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import ModuleType
 from typing import cast
 
-from hypothesis import HealthCheck
-from hypothesis import settings as Settings
+from hypothesis import HealthCheck, settings as Settings
 
 from .. import defaults
 from ..adapters import Implementation, implementation_from_module

@@ -30,8 +30,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping, Sequence
 
-from ...spec import RowState, SpecError
-from ...spec import invariants as inv
+from ...spec import RowState, SpecError, invariants as inv
 from ...spec.loader import LoaderRun
 from ...spec.protocols import RankResult
 from ...spec.saved import EXTRA_KEY, Saved, snapshot_saved

@@ -27,8 +27,17 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ...spec import Block, Exhausted, PackedRun, Raised, RowRun, RowState, SpecError, Yielded
-from ...spec import invariants as inv
+from ...spec import (
+    Block,
+    Exhausted,
+    PackedRun,
+    Raised,
+    RowRun,
+    RowState,
+    SpecError,
+    Yielded,
+    invariants as inv,
+)
 from ...spec.loader import LoaderRun, global_steps
 from ..tables import InjectedFault, fault_row
 from .model import EpochModel, Item, Run, builtin_error, describe, items_of

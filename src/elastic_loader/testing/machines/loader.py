@@ -26,8 +26,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from ...spec import CheckpointGate, RowState, SpecError, gate_after_failure, rank_splits
-from ...spec import invariants as inv
+from ...spec import CheckpointGate, RowState, SpecError, gate_after_failure, invariants as inv, rank_splits
 from ...spec.loader import Delivery, LoaderRun
 from ...spec.protocols import RankResult, Shape, lockstep_batches, run_session
 from ...spec.saved import Saved

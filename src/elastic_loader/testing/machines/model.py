@@ -18,8 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from hypothesis import currently_in_test_context
-from hypothesis import note as _hypothesis_note
+from hypothesis import currently_in_test_context, note as _hypothesis_note
 
 from ...spec import (
     Block,
@@ -39,6 +38,7 @@ from ...spec import (
     estimate_blocks_per_epoch,
     initial_packed_state,
     initial_row_state,
+    invariants as inv,
     iterate_packed,
     iterate_rows,
     load_packed,
@@ -48,7 +48,6 @@ from ...spec import (
     snapshot_packed,
     snapshot_row,
 )
-from ...spec import invariants as inv
 from ...spec.saved import Saved, TablePin, exact, load_for_rank, load_saved
 from ..tables import TableCache, doc_lengths
 from .plans import MachineConfig

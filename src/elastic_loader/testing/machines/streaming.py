@@ -26,8 +26,14 @@ from ...spec.saved import Saved
 from . import checkpoints, protocols
 from .differential import DifferentialMachine
 from .model import attempt, describe, epoch_model, items_of, note
-from .plans import MachineConfig, ProtocolName, SessionPlan, machine_configs, session_plans
-from .plans import protocols as protocol_names
+from .plans import (
+    MachineConfig,
+    ProtocolName,
+    SessionPlan,
+    machine_configs,
+    protocols as protocol_names,
+    session_plans,
+)
 from .sessions import CHECKPOINTS, Entry, Missing, Session, Slot
 
 

@@ -79,6 +79,29 @@ D23 = (
     "rows with several StreamingDataLoader workers)"
 )
 
+# the save protocols' vector cases (D23-D26)
+D23_PACKED_MERGE = "D23: a packed merge refuses states not captured at one global step"
+D23_PACKED_SNAPSHOT = (
+    "D23: a packed checkpoint off a step boundary is refused (state_dict) or cannot be replayed"
+)
+D24_KEY_IGNORED = (
+    "D24/D25/D26: the elastic_loader key is not read, so malformed entries in it are not refused"
+)
+D24_LEGACY_PACKED = (
+    "D24: a legacy packed state whose splits emitted different block counts loads "
+    "(only one rank's splits are exact)"
+)
+D24_MERGE_MAX = (
+    "D24: the merge takes every state's values (element-wise maximum), not each split from the states "
+    "that report it; N5: it copies the first state's elastic_loader key"
+)
+D24_PARTIAL_MERGE = "D24: a merge that leaves out a rank is not refused"
+D24_PROJECTIONS = "D24: projections are ignored, so the loaded packed state is partial"
+D24_UNKNOWN = "D24: splits the saver marked unknown are not refused"
+D25_VERSIONS = "D25: checkpoints of different table versions merge"
+D26_BUFFERS = "D26: packed buffers that no packer leaves behind are accepted"
+D26_DIGEST = "D26: the digest is not checked, so edited checkpoints load"
+
 # ---------------------------------------------------------------- invariants
 
 _ROW = frozenset({"row"})
@@ -306,6 +329,126 @@ _PARAMS_FAILURES: Mapping[str, tuple[str, ...]] = {
 }
 
 
+_MERGE_PROTOCOL_FAILURES: Mapping[str, tuple[str, ...]] = {
+    D23_PACKED_MERGE: (
+        "ours_packed_lockstep",
+        "ours_packed_out_of_lockstep",
+    ),
+    D24_KEY_IGNORED: (
+        "error_cursor_next_roles_not_a_list",
+        "error_cursor_not_a_dict",
+        "error_cursor_of_one_worker",
+        "error_cursor_role_beyond_workers",
+        "error_cursor_role_per_rank",
+        "error_cursor_without_next_roles",
+        "error_cursor_workers_do_not_divide_splits",
+        "error_format_missing",
+        "error_format_unknown",
+        "error_projected_beyond_budget",
+        "error_projected_key_beyond_splits",
+        "error_projected_key_twice",
+        "error_projected_not_a_dict",
+        "error_projected_not_beyond_base",
+        "error_projected_row_split",
+        "error_projected_target_string",
+        "error_provenance_not_a_dict",
+        "error_reported_beyond_splits",
+        "error_reported_holds_a_string",
+        "error_reported_not_a_list",
+        "error_reported_repeated",
+        "error_reported_repeated_signed",
+        "error_table_negative_version",
+        "error_table_no_rows",
+        "error_table_not_a_dict",
+        "error_table_without_rows",
+        "error_unknown_and_reported",
+        "error_unknown_negative",
+    ),
+    D24_PARTIAL_MERGE: (
+        "error_ours_one_of_two_ranks",
+        "error_ours_three_of_four_ranks",
+    ),
+    D24_MERGE_MAX: (
+        "ours_pinned_and_unpinned",
+        "ours_row_four_ranks",
+        "ours_row_lockstep",
+        "ours_row_out_of_lockstep",
+        "ours_row_skipping_transforms",
+        "ours_same_rank_twice",
+        "ours_through_json_and_legacy",
+        "ours_with_table_pin",
+        "row_elementwise_maximum",
+        "row_positions_missing",
+        "row_with_fingerprint",
+    ),
+    D25_VERSIONS: ("error_table_versions_differ",),
+    D26_BUFFERS: (
+        "error_buffer_document_not_after_eos",
+        "error_buffer_of_a_split_that_consumed_nothing",
+        "error_buffer_of_more_documents_than_consumed",
+        "error_buffer_without_final_eos",
+    ),
+    D26_DIGEST: ("error_digest_mismatch",),
+}
+
+_LOAD_PROTOCOL_FAILURES: Mapping[str, tuple[str, ...]] = {
+    D24_LEGACY_PACKED: ("error_packed_partial_state",),
+    D23_PACKED_SNAPSHOT: ("ours_packed_through_json",),
+    D24_KEY_IGNORED: (
+        "error_cursor_next_roles_not_a_list",
+        "error_cursor_not_a_dict",
+        "error_cursor_of_one_worker",
+        "error_cursor_role_beyond_workers",
+        "error_cursor_role_per_rank",
+        "error_cursor_without_next_roles",
+        "error_cursor_workers_do_not_divide_splits",
+        "error_format_missing",
+        "error_format_unknown",
+        "error_projected_beyond_budget",
+        "error_projected_key_beyond_splits",
+        "error_projected_key_twice",
+        "error_projected_not_a_dict",
+        "error_projected_not_beyond_base",
+        "error_projected_row_split",
+        "error_projected_target_string",
+        "error_provenance_not_a_dict",
+        "error_reported_beyond_splits",
+        "error_reported_holds_a_string",
+        "error_reported_not_a_list",
+        "error_reported_repeated",
+        "error_reported_repeated_signed",
+        "error_table_negative_version",
+        "error_table_no_rows",
+        "error_table_not_a_dict",
+        "error_table_without_rows",
+        "error_unknown_and_reported",
+        "error_unknown_negative",
+    ),
+    D24_PROJECTIONS: (
+        "ours_packed_projected",
+        "packed_partial_state_with_provenance",
+    ),
+    D24_UNKNOWN: (
+        "error_ours_unknown_splits_of_this_rank",
+        "error_ours_unknown_splits_on_another_topology",
+    ),
+    D26_BUFFERS: (
+        "error_buffer_document_not_after_eos",
+        "error_buffer_of_a_split_that_consumed_nothing",
+        "error_buffer_of_more_documents_than_consumed",
+        "error_buffer_without_final_eos",
+    ),
+    D26_DIGEST: (
+        "error_digest_mismatch",
+        "error_ours_edited",
+    ),
+}
+
+_SNAPSHOT_FAILURES: Mapping[str, tuple[str, ...]] = {
+    D23_PACKED_SNAPSHOT: ("ours_packed_projected",),
+}
+
+
 def _by_case(failures: Mapping[str, tuple[str, ...]]) -> dict[str, str]:
     """Case name -> reason, from reason -> case names."""
     return {case: reason for reason, cases in failures.items() for case in cases}
@@ -317,8 +460,9 @@ KNOWN_REFERENCE_RESULTS = KnownResults(
         **_OTHER_VIOLATIONS,
     },
     vectors={
-        "merge": _by_case(_MERGE_FAILURES),
-        "load": _by_case(_LOAD_FAILURES),
+        "merge": {**_by_case(_MERGE_FAILURES), **_by_case(_MERGE_PROTOCOL_FAILURES)},
+        "load": {**_by_case(_LOAD_FAILURES), **_by_case(_LOAD_PROTOCOL_FAILURES)},
+        "checkpoint_snapshot": _by_case(_SNAPSHOT_FAILURES),
         "params": _by_case(_PARAMS_FAILURES),
     },
 )

@@ -347,6 +347,7 @@ def train(config: Config) -> Summary:
             step += 1
             samples += len(ids)
             union = world.gather_ids(ids)
+            state: dict[str, object] | None
             if config.save == "merged":
                 state = merged_state_dict(dataset)
             else:

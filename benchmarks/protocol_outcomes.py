@@ -56,8 +56,9 @@ def implementations() -> list[Impl]:
 
 def make_table(root: str, name: str) -> Any:
     tokens = [[i * 10 + k for k in range(1 + i % 5)] for i in range(ROWS)]
-    ids = pa.array(range(ROWS), pa.int64())
-    data = pa.table({"id": ids, "tokens": pa.array(tokens, pa.list_(pa.int64()))})
+    data = pa.table(
+        {"id": pa.array(range(ROWS), pa.int64()), "tokens": pa.array(tokens, pa.list_(pa.int64()))}
+    )
     return lancedb.connect(root).create_table(name, data, mode="overwrite")
 
 

@@ -408,8 +408,8 @@ class StreamingDataset(IterableDataset[Any]):
         self._lease.refuse_while_active("load_state_dict")
         if _is_loader_state(state):
             raise ValueError(
-                "this is a StreamingDataLoader's state_dict(); load it with StreamingDataLoader.load_state_dict "
-                "(the dataset's own state is inside it)"
+                "this is a StreamingDataLoader's state_dict(); load it with "
+                "StreamingDataLoader.load_state_dict (the dataset's own state is inside it)"
             )
         version = _provenance.pinned_version(state)
         if version is not None and self._perm.base_version is not None and version != self._perm.base_version:
@@ -570,7 +570,8 @@ class LoaderLink:
         new._gate = CheckpointGate(before._counters.shared)
 
     def generation(self) -> int:
-        """Changes at every ``set_epoch`` and ``load_state_dict``: which epoch start the progress counts from."""
+        """Changes at every ``set_epoch`` and ``load_state_dict`` (names the epoch start the progress
+        counts from)."""
         return self._dataset._generation
 
     def remaining(self, num_workers: int) -> list[int]:

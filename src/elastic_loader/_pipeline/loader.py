@@ -422,7 +422,8 @@ class StreamingDataLoader(DataLoader[Any]):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from a ``state_dict()`` of a StreamingDataLoader (or of a StreamingDataset),
-        saved on any world size and number of workers; closes this loader's open iterator first.
+        saved on any world size and number of workers, in any epoch (the dataset moves to the
+        state's epoch first); closes this loader's open iterator first.
 
         Raises:
             TypeError: ``state`` is not a dict.
@@ -432,8 +433,24 @@ class StreamingDataLoader(DataLoader[Any]):
         """
         dataset_state, finished = _loaderstate.decode(state)
         self._close_live()
-        self._link.load_state_dict(dataset_state)
+        self._adopt_epoch(dataset_state)
         self._finished_at = self._link.generation() if finished else None
+
+    def _adopt_epoch(self, dataset_state: dict[str, object]) -> None:
+        """Load ``dataset_state``, first moving the dataset to the state's epoch: the loader owns
+        the epochs (frameworks rebuild it at epoch 0 and never call ``set_epoch``). A refused state
+        leaves the dataset at its own epoch."""
+        epoch, before = dataset_state.get("epoch"), self._streaming_dataset.epoch
+        moved = type(epoch) is int and epoch >= 0 and epoch != before
+        if moved:
+            assert isinstance(epoch, int)
+            self._link.set_epoch(epoch)
+        try:
+            self._link.load_state_dict(dataset_state)
+        except BaseException:
+            if moved:
+                self._link.set_epoch(before)
+            raise
 
     # ------------------------------------------------------------ iteration
 

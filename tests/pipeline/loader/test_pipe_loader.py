@@ -336,7 +336,8 @@ def test_batch_size_none_and_reiteration_continue(multi_table: Any) -> None:
     # iterating the loader again starts the next epoch, never silently empty (D27; B11 for the dataset)
     again = [r for batch in loader for r in as_ids(batch)]
     assert ds.epoch == 1
-    assert again == [row["id"] for row in StreamingDataset(multi_table, num_splits=4, columns=["id"], epoch=1)]
+    epoch1 = StreamingDataset(multi_table, num_splits=4, columns=["id"], epoch=1)
+    assert again == [row["id"] for row in epoch1]
 
 
 def test_packed_two_workers_deliver_and_commit_at_steps(multi_table: Any) -> None:

@@ -14,7 +14,10 @@ Rules:
 * ``state_dict()`` answers only while the checkpoint gate (``_gate``) is open,
   after any delivered batch. It reports this rank's splits and infers the other
   ranks' (``_provenance``) from the session's ledger (``_ledger``): the start
-  and every pass since.
+  and every pass since. Called inside a DataLoader worker (torchdata's
+  per-worker snapshots), it tags the state with the worker and the number of
+  workers (``WORKER_KEY``); such a state loads only into that same worker of a
+  loader with as many workers (it holds that worker's splits only).
 * Under a StreamingDataLoader the progress is what the trainer received (the
   commits), never what was read ahead; a plain iteration's progress is live.
 * Pickling sends a recipe to reopen the table, the row ids (``_rowfile``: a
@@ -385,8 +388,12 @@ class StreamingDataset(IterableDataset[Any]):
                 dataset (its prefetching makes the parent's progress unknown; use
                 ``StreamingDataLoader``), or a delivered batch failed.
         """
-        self._gate.check_state_dict(in_worker=get_worker_info() is not None)
-        return _provenance.write(self._identity, self._record())
+        info = get_worker_info()
+        self._gate.check_state_dict(in_worker=info is not None)
+        state = _provenance.write(self._identity, self._record())
+        if info is not None:  # a worker copy's own state (torchdata's per-worker snapshots)
+            state[WORKER_KEY] = {"worker": int(info.id), "num_workers": int(info.num_workers)}
+        return state
 
     def load_state_dict(self, state: dict[str, object]) -> None:
         """Resume from ``state`` (a ``state_dict()``, possibly merged over ranks).
@@ -406,6 +413,7 @@ class StreamingDataset(IterableDataset[Any]):
             RuntimeError: an iterator over this dataset is active.
         """
         self._lease.refuse_while_active("load_state_dict")
+        state = _check_worker_state(state)
         if _is_loader_state(state):
             raise ValueError(
                 "this is a StreamingDataLoader's state_dict(); load it with "
@@ -498,6 +506,35 @@ class StreamingDataset(IterableDataset[Any]):
 
 
 _NO_ROWS = np.zeros((0, 0), dtype=np.uint64)
+
+
+WORKER_KEY = "elastic_loader_worker"
+"""The key a worker copy's ``state_dict()`` adds: which worker of how many wrote it."""
+
+
+def _check_worker_state(state: dict[str, object]) -> dict[str, object]:
+    """``state`` without its worker tag, if it is one worker's state and this copy is that worker.
+
+    A worker's state holds that worker's splits only (the others stay where the worker last saw
+    them), so it resumes that worker of a loader with the same ``num_workers`` and nothing else.
+    """
+    if not isinstance(state, dict) or WORKER_KEY not in state:
+        return state
+    tag = state[WORKER_KEY]
+    saved = tag if isinstance(tag, dict) else {}
+    info = get_worker_info()
+    here = (None, 0) if info is None else (int(info.id), int(info.num_workers))
+    if (saved.get("worker"), saved.get("num_workers")) != here:
+        where = "the main process" if info is None else f"worker {here[0]} of {here[1]}"
+        raise ValueError(
+            f"this state is the own state of DataLoader worker {saved.get('worker')} of "
+            f"{saved.get('num_workers')} (torchdata's StatefulDataLoader saves one per worker) and "
+            f"cannot resume {where}: such a state holds only that worker's splits, so it resumes only "
+            "a loader with the same num_workers (torchdata requires that too). Resume with "
+            f"num_workers={saved.get('num_workers')}, or use elastic_loader.StreamingDataLoader, whose "
+            "state_dict() resumes on any number of workers"
+        )
+    return {k: v for k, v in state.items() if k != WORKER_KEY}
 
 
 def _is_loader_state(state: object) -> bool:

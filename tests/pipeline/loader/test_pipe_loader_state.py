@@ -271,3 +271,21 @@ def test_a_worker_that_cannot_open_its_table_shows_why(tmp_path: Path) -> None:
     loader = StreamingDataLoader(ds, batch_size=4, num_workers=1)
     with pytest.raises(RuntimeError, match=r"could not open its table: PermissionError\('worker \d+ may not"):
         next(iter(loader))
+
+
+def test_a_dataset_state_mixed_key_by_key_names_the_cause(multi_table: Any) -> None:
+    """DCP saving two ranks' datasets keeps one rank's value per key: the mixture is refused with a
+    message that names that cause and the fix (save the loader), whichever check catches it."""
+    states = []
+    for rank, taken in ((0, 3), (1, 9)):
+        ds = StreamingDataset(multi_table, world_size=2, rank=rank, **ROWS)
+        it = iter(StreamingDataLoader(ds, batch_size=2))
+        for _ in range(taken):
+            next(it)
+        states.append(ds.state_dict())
+        it.close()
+    for key in ("samples_consumed_per_split", "elastic_loader"):
+        mixed = {**states[0], key: states[1][key]}
+        with pytest.raises(ValueError, match="key by key from several ranks") as err:
+            StreamingDataset(multi_table, world_size=2, rank=0, **ROWS).load_state_dict(mixed)
+        assert "save the StreamingDataLoader instead" in str(err.value)

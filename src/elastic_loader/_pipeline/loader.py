@@ -14,6 +14,8 @@ Rules:
   one (``epoch + 1``), so a second ``for batch in loader`` is never silently empty.
 * ``state_dict()`` is one opaque entry (``_loaderstate``): the dataset's state
   plus whether the epoch is finished. It never waits for other ranks.
+  ``load_state_dict`` first moves the dataset to the state's epoch (frameworks
+  rebuild loaders at epoch 0), and puts it back if the dataset refuses the state.
 * ``len(loader)`` is the number of batches of a whole epoch: each worker batches
   its own splits, so it is ``num_workers`` times one worker's batch count
   (``drop_last``: each worker drops its own short last batch).

@@ -9,9 +9,11 @@ Rules:
   to start them from top-level code of a script without a main guard (``_guard``).
 * One live iterator per loader: ``iter(loader)`` and ``set_epoch`` close the
   loader's previous iterator first (its later ``next`` raises). An epoch is
-  *finished* when the loader's iterator ran out, or when the delivered progress
-  leaves no batch for any worker; iterating a finished epoch starts the next
-  one (``epoch + 1``), so a second ``for batch in loader`` is never silently empty.
+  *finished* when the loader's iterator ran out, or when this loader iterated the
+  epoch and the delivered progress leaves no batch for any worker; iterating a
+  finished epoch starts the next one (``epoch + 1``), so a second ``for batch in
+  loader`` is never silently empty. A new loader over a dataset consumed
+  elsewhere continues it (nothing left: no batches), as the reference does.
 * ``state_dict()`` is one opaque entry (``_loaderstate``): the dataset's state
   plus whether the epoch is finished. It never waits for other ranks.
   ``load_state_dict`` first moves the dataset to the state's epoch (frameworks
@@ -355,6 +357,7 @@ class StreamingDataLoader(DataLoader[Any]):
         self.collate_fn = _CommitCollate(self.collate_fn, adapter)
         self._live: weakref.ref[_CommitIterator] | None = None
         self._finished_at: int | None = None  # the dataset generation whose epoch ran out here
+        self._iterated_at: int | None = None  # the dataset generation this loader last iterated
         self._reseed: _reseed.Reseed | None = None
         if self.persistent_workers and self.num_workers > 0:
             self._reseed = _reseed.Reseed()
@@ -375,10 +378,15 @@ class StreamingDataLoader(DataLoader[Any]):
             live.supersede()
 
     def epoch_finished(self) -> bool:
-        """Whether the dataset's current epoch is fully delivered: this loader's iterator ran out,
-        or no worker has a batch left (the next iteration then starts the next epoch)."""
-        if self._finished_at == self._link.generation():
+        """Whether the dataset's current epoch is fully delivered by this loader: its iterator ran
+        out, or it iterated this epoch and no worker has a batch left (the next iteration then
+        starts the next epoch). A dataset consumed by another loader or iterator is not finished
+        here: a new loader over it continues, and yields nothing (the reference's B11)."""
+        generation = self._link.generation()
+        if self._finished_at == generation:
             return True
+        if self._iterated_at != generation:  # a dataset consumed elsewhere keeps the reference's B11
+            return False
         left = self._link.remaining(self.num_workers)
         return sum(self._batches(n) for n in left) == 0
 
@@ -466,6 +474,7 @@ class StreamingDataLoader(DataLoader[Any]):
         if self.epoch_finished():
             logger.info("StreamingDataLoader: epoch %d is finished; starting epoch %d", *self._advance())
         token = link.acquire()
+        self._iterated_at = link.generation()
         try:
             link.open(workers, 1 if self.batch_size is None else self.batch_size)
             if self._reseed is not None:

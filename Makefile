@@ -1,5 +1,6 @@
 # Every target sets itself up: the first run creates .venv and installs
-# torch (CPU build) first, then this project with its test extras.
+# torch (CPU build) first, then this project with its test and integrations extras (torch pinned
+# again in that command, so no integration package can pull another torch).
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -13,8 +14,9 @@ $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
 	$(PY) -m pip install -q "torch==2.13.0" 2>&1 | grep -v "^WARNING: Location" || true
-	$(PY) -m pip install -q -e ".[test]" 2>&1 | grep -v "^WARNING: Location" || true
-	$(PY) -c "import torch, lancedb, elastic_loader"
+	$(PY) -m pip install -q -e ".[test,integrations]" "torch==2.13.0" 2>&1 | grep -v "^WARNING: Location" || true
+	$(PY) -c "import torch, lancedb, elastic_loader, pytorch_lightning, torchdata, accelerate"
+	$(PY) -c "import torch; v = torch.__version__; assert v == '2.13.0+cpu', v"
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 

@@ -264,6 +264,15 @@ def test_cli_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().out.strip() == f"elastic-loader {__version__}"
 
 
+def test_cli_without_the_conformance_extra_prints_a_one_line_hint(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "hypothesis", None)  # import hypothesis now raises ImportError
+    assert main(["conformance", "--impl", "elastic_loader", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err == "elastic-loader conformance needs hypothesis: pip install 'elastic-loader[conformance]'\n"
+
+
 # ---------------------------------------------------------------- the pytest plugin
 
 

@@ -128,6 +128,14 @@ def distributed_opener(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, 
     return {"dataclass": dataclass, "lancedb": lancedb, "storage_options_from_env": storage_options_from_env}
 
 
+def integrations_guide(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """A 96-row corpus at db_path; checkpoints are written to the working directory."""
+    pytest.importorskip("pytorch_lightning")
+    monkeypatch.chdir(tmp)
+    corpus(tmp / "db", "corpus", 96)
+    return {"db_path": str(tmp / "db")}
+
+
 Context = Callable[[Path, pytest.MonkeyPatch], dict[str, Any]]
 
 CONTEXTS: dict[tuple[str, int], Context] = {
@@ -138,6 +146,10 @@ CONTEXTS: dict[tuple[str, int], Context] = {
     ("docs/CONFORMANCE.md", 2): conformance_replay,
     ("docs/DISTRIBUTED.md", 0): distributed_loop,
     ("docs/DISTRIBUTED.md", 1): distributed_opener,
+    ("docs/INTEGRATIONS.md", 0): integrations_guide,
+    ("docs/INTEGRATIONS.md", 1): integrations_guide,
+    ("docs/INTEGRATIONS.md", 2): integrations_guide,
+    ("docs/INTEGRATIONS.md", 3): integrations_guide,
 }
 
 ALL = list(snippets())

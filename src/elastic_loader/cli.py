@@ -16,12 +16,14 @@ to standard error.
 
 Exit status: 0 when every checked invariant and every applicable vector
 family passes, 1 when something fails, 2 on a usage error (bad arguments, an
-implementation that cannot be imported or adapted).
+implementation that cannot be imported or adapted, or the ``conformance``
+extra missing: then one line says what to install).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from collections.abc import Sequence
@@ -141,7 +143,30 @@ class _Bars:
         self.bars.clear()
 
 
+CONFORMANCE_NEEDS = ("hypothesis", "pytest")
+"""What the conformance suite imports beyond the core dependencies (the ``conformance`` extra)."""
+
+
+def _missing(modules: Sequence[str]) -> list[str]:
+    """The modules of ``modules`` that cannot be imported."""
+    missing = []
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    return missing
+
+
 def _conformance(args: argparse.Namespace) -> int:
+    missing = _missing(CONFORMANCE_NEEDS)
+    if missing:
+        print(
+            f"elastic-loader conformance needs {', '.join(missing)}: "
+            "pip install 'elastic-loader[conformance]'",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     # LanceDB's native logger reads this once, when the extension loads: keep its
     # "creating a new dataset" warnings out of the progress bars.
     os.environ.setdefault("LANCEDB_LOG", "error")

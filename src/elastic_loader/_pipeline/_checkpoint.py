@@ -132,7 +132,11 @@ def parse_row(state: Mapping[str, object], num_splits: int) -> RowState:
     positions = list(samples) if raw_positions is None else _int_list(raw_positions, num_splits, POSITIONS)
     bad = [s for s in range(num_splits) if positions[s] < samples[s]]
     if bad:
-        raise ValueError(f"split {bad[0]} has fewer positions than samples consumed")
+        raise ValueError(
+            f"split {bad[0]} has fewer positions than samples consumed: no run produces this. A state "
+            "assembled key by key from several ranks' states (torch.distributed.checkpoint saving a "
+            "StreamingDataset) can; save the StreamingDataLoader instead, whose state is one entry"
+        )
     return RowState(samples, positions)
 
 

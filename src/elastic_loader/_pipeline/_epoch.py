@@ -49,8 +49,8 @@ def build_epoch(table: Any, settings: Settings, epoch: int) -> Epoch:
     blocks: int | None = None
     if settings.pack_sequences is not None and settings.blocks_per_epoch == "auto":
         warnings.warn(
-            "blocks_per_epoch='auto' estimates the token count from a ~1% sample; pass an int for an "
-            "exact epoch size",
+            "blocks_per_epoch='auto' uses an approximate token-count sample: it estimates the tokens "
+            "from ~1% of the rows; pass an int for an exact epoch size",
             UserWarning,
             stacklevel=4,  # build_epoch < StreamingDataset._build_epoch < __init__ or set_epoch < caller
         )

@@ -60,7 +60,7 @@ class CheckpointGate:
         if self.untracked_workers and not in_worker:
             raise RuntimeError(
                 "a plain torch DataLoader with num_workers > 0 iterated this dataset, so its progress is "
-                "unknown here; use StreamingDataLoader (or torchdata's StatefulDataLoader), or load a "
+                "unknown here. Use StreamingDataLoader (or torchdata's StatefulDataLoader), or load a "
                 "checkpoint to continue"
             )
         if self.invalid_reason is not None:

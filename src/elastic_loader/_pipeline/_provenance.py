@@ -242,8 +242,12 @@ def read(identity: Identity, checkpoint: object, split_len: int | None, *, alone
         raise ValueError(f"{KEY} must be a dict")
     if extra.get("digest") is not None and extra["digest"] != digest(st):
         raise ValueError(
-            "the checkpoint's integrity digest does not match its contents: it was edited or corrupted "
-            f"(to load an edited checkpoint on purpose, remove {KEY}['digest'])"
+            "the checkpoint's integrity digest does not match its contents: its values do not all come "
+            "from one state_dict(). Either it was edited or corrupted, or it was assembled key by key "
+            "from several ranks' states (torch.distributed.checkpoint keeps one rank's value per key when "
+            "a StreamingDataset is saved): save the StreamingDataLoader instead (its state is one entry), "
+            "or merge every rank's state with merge_state_dicts. To load an edited checkpoint on purpose, "
+            f"remove {KEY}['digest']"
         )
     if extra.get("format") != FORMAT:
         raise ValueError(f"unknown checkpoint format {extra.get('format')!r} in {KEY}")

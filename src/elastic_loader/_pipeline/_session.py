@@ -201,8 +201,9 @@ class Lease:
         with self._lock:
             if self.token is not None or self.session is not None:
                 raise RuntimeError(
-                    "StreamingDataset allows one active iterator per instance; finish or close the other "
-                    "iterator (or its StreamingDataLoader iterator) first"
+                    "StreamingDataset does not support concurrent iteration (one active iterator per "
+                    "instance); finish or close the other iterator (or its StreamingDataLoader iterator) "
+                    "first"
                 )
             self._issued += 1
             self.token = self._issued

@@ -14,13 +14,18 @@ Rules:
 * ``state_dict()`` answers only while the checkpoint gate (``_gate``) is open,
   after any delivered batch. It reports this rank's splits and infers the other
   ranks' (``_provenance``) from the session's ledger (``_ledger``): the start
-  and every pass since.
+  and every pass since. Called inside a DataLoader worker (torchdata's
+  per-worker snapshots), it tags the state with the worker and the number of
+  workers (``WORKER_KEY``); such a state loads only into that same worker of a
+  loader with as many workers (it holds that worker's splits only).
 * Under a StreamingDataLoader the progress is what the trainer received (the
   commits), never what was read ahead; a plain iteration's progress is live.
 * Pickling sends a recipe to reopen the table, the row ids (``_rowfile``: a
   shared-memory file during worker start-up, so each worker maps only what it
   reads), the progress and the cumulative counters; never live threads or
-  connections.
+  connections. A copy that cannot reopen the table keeps the exception and
+  raises it at its first read, so a worker fails on its first batch and the
+  trainer sees why (not "worker exited unexpectedly").
 """
 
 from __future__ import annotations
@@ -34,8 +39,7 @@ import numpy as np
 from torch.utils.data import IterableDataset, get_worker_info
 
 from .._exports import public
-from . import _checkpoint as ckpt
-from . import _fetch, _provenance
+from . import _checkpoint as ckpt, _fetch, _provenance
 from ._epoch import build_epoch, start_progress
 from ._gate import CheckpointGate
 from ._lance import Reader, SplitRows, TableSource, describe, table_at
@@ -168,6 +172,8 @@ class StreamingDataset(IterableDataset[Any]):
         self._rotation = 0  # the role torch worker 0 plays in the running StreamingDataLoader
         self._transport = False  # the running session feeds a StreamingDataLoader in this process
         self._tail: ckpt.State | None = None  # a loader's ended session: its last batch's progress
+        self._open_error: Exception | None = None  # a copy's failure to reopen the table (see _reader)
+        self._generation = 0  # counts set_epoch and load_state_dict: a loader's "epoch finished" names one
         self._build_epoch()
 
     # ------------------------------------------------------------ epochs
@@ -185,6 +191,7 @@ class StreamingDataset(IterableDataset[Any]):
         self._progress: ckpt.State = start_progress(self._settings)
         start = _provenance.fresh(self._progress, self._table_pin())
         self._ledger = Ledger(start, self._settings.world_size, self._settings.rank)
+        self._generation += 1
 
     def _table_pin(self) -> tuple[int | None, int]:
         """The table version of this epoch's permutation and the rows it holds."""
@@ -203,6 +210,7 @@ class StreamingDataset(IterableDataset[Any]):
         self._epoch = epoch
         self._build_epoch()
         self._gate.after_load()
+        self._generation += 1
 
     # ------------------------------------------------------------ properties
 
@@ -292,6 +300,9 @@ class StreamingDataset(IterableDataset[Any]):
     @property
     def _reader(self) -> Reader:
         if self._reader_cache is None:
+            error, self._open_error = self._open_error, None
+            if error is not None:
+                raise RuntimeError(f"this copy of the dataset could not open its table: {error!r}") from error
             self._reader_cache = self._source.open()
         return self._reader_cache
 
@@ -376,8 +387,12 @@ class StreamingDataset(IterableDataset[Any]):
                 dataset (its prefetching makes the parent's progress unknown; use
                 ``StreamingDataLoader``), or a delivered batch failed.
         """
-        self._gate.check_state_dict(in_worker=get_worker_info() is not None)
-        return _provenance.write(self._identity, self._record())
+        info = get_worker_info()
+        self._gate.check_state_dict(in_worker=info is not None)
+        state = _provenance.write(self._identity, self._record())
+        if info is not None:  # a worker copy's own state (torchdata's per-worker snapshots)
+            state[WORKER_KEY] = {"worker": int(info.id), "num_workers": int(info.num_workers)}
+        return state
 
     def load_state_dict(self, state: dict[str, object]) -> None:
         """Resume from ``state`` (a ``state_dict()``, possibly merged over ranks).
@@ -397,6 +412,12 @@ class StreamingDataset(IterableDataset[Any]):
             RuntimeError: an iterator over this dataset is active.
         """
         self._lease.refuse_while_active("load_state_dict")
+        state = _check_worker_state(state)
+        if _is_loader_state(state):
+            raise ValueError(
+                "this is a StreamingDataLoader's state_dict(); load it with "
+                "StreamingDataLoader.load_state_dict (the dataset's own state is inside it)"
+            )
         version = _provenance.pinned_version(state)
         if version is not None and self._perm.base_version is not None and version != self._perm.base_version:
             self._build_epoch(version)
@@ -411,6 +432,7 @@ class StreamingDataset(IterableDataset[Any]):
         self._progress = record.state
         self._ledger.reset(record)
         self._gate.after_load()
+        self._generation += 1
 
     @staticmethod
     def merge_state_dicts(states: list[dict[str, object]]) -> dict[str, object]:
@@ -450,6 +472,7 @@ class StreamingDataset(IterableDataset[Any]):
         state["_reader_cache"] = None
         state["_progress"] = self._current_progress()
         state["_tail"] = None
+        state["_open_error"] = None
         state["_perm"] = replace(self._perm, rows=_NO_ROWS)  # the rows travel once, as _row_ids
         state["_row_ids"] = self._row_file.payload(self._row_ids)
         state["_row_file"] = None
@@ -463,7 +486,12 @@ class StreamingDataset(IterableDataset[Any]):
         self._row_file = RowFile()
         self._table = None
         self._table_source = source
-        self._reader_cache = source.open() if source is not None else None
+        self._reader_cache, self._open_error = None, None
+        if source is not None:  # a worker that cannot open the table fails at its first read instead
+            try:
+                self._reader_cache = source.open()
+            except Exception as exc:
+                self._open_error = exc
         self._perm = SplitRows(self._row_ids, self._perm.fingerprint, self._perm.base_version)
 
     def __repr__(self) -> str:
@@ -477,6 +505,40 @@ class StreamingDataset(IterableDataset[Any]):
 
 
 _NO_ROWS = np.zeros((0, 0), dtype=np.uint64)
+
+
+WORKER_KEY = "elastic_loader_worker"
+"""The key a worker copy's ``state_dict()`` adds: which worker of how many wrote it."""
+
+
+def _check_worker_state(state: dict[str, object]) -> dict[str, object]:
+    """``state`` without its worker tag, if it is one worker's state and this copy is that worker.
+
+    A worker's state holds that worker's splits only (the others stay where the worker last saw
+    them), so it resumes that worker of a loader with the same ``num_workers`` and nothing else.
+    """
+    if not isinstance(state, dict) or WORKER_KEY not in state:
+        return state
+    tag = state[WORKER_KEY]
+    saved = tag if isinstance(tag, dict) else {}
+    info = get_worker_info()
+    here = (None, 0) if info is None else (int(info.id), int(info.num_workers))
+    if (saved.get("worker"), saved.get("num_workers")) != here:
+        where = "the main process" if info is None else f"worker {here[0]} of {here[1]}"
+        raise ValueError(
+            f"this state is the own state of DataLoader worker {saved.get('worker')} of "
+            f"{saved.get('num_workers')} (torchdata's StatefulDataLoader saves one per worker) and "
+            f"cannot resume {where}: such a state holds only that worker's splits, so it resumes only "
+            "a loader with the same num_workers (torchdata requires that too). Resume with "
+            f"num_workers={saved.get('num_workers')}, or use elastic_loader.StreamingDataLoader, whose "
+            "state_dict() resumes on any number of workers"
+        )
+    return {k: v for k, v in state.items() if k != WORKER_KEY}
+
+
+def _is_loader_state(state: object) -> bool:
+    """A StreamingDataLoader's state: one key ``elastic_loader`` holding a string."""
+    return isinstance(state, dict) and len(state) == 1 and isinstance(state.get(_provenance.KEY), str)
 
 
 class LoaderLink:
@@ -535,6 +597,57 @@ class LoaderLink:
     def workers_done(self) -> None:
         """The loader's workers are gone: zero their gauges."""
         zero_worker_gauges(self._dataset._counters.shared)
+
+    def keep_shared(self, old: LoaderLink) -> None:
+        """This link's dataset replaces ``old``'s in a persistent worker: keep the shared memory
+        only the worker's start-up copy carries (counters slot, gate flags)."""
+        new, before = self._dataset, old._dataset
+        new._counters.attach_shared(before._counters.shared)
+        new._gate = CheckpointGate(before._counters.shared)
+
+    def generation(self) -> int:
+        """Changes at every ``set_epoch`` and ``load_state_dict`` (names the epoch start the progress
+        counts from)."""
+        return self._dataset._generation
+
+    def remaining(self, num_workers: int) -> list[int]:
+        """Items each worker role (one role without workers) can still yield from the delivered
+        progress, assuming no row is skipped (packing: blocks; a projected split from its target)."""
+        ds = self._dataset
+        progress, budget = ds._progress, ds._blocks_per_epoch
+        targets = ds._ledger.start.projected
+        left: dict[int, int] = {}
+        for s in ds._rank_splits:
+            if isinstance(progress, ckpt.RowState):
+                left[s] = ds._perm.split_len - progress.positions[s]
+            else:
+                assert budget is not None
+                left[s] = budget // ds._settings.num_splits - max(progress.emitted[s], targets.get(s, 0))
+        roles = max(num_workers, 1)
+        return [sum(left[s] for s in role_splits(ds._rank_splits, num_workers, r)) for r in range(roles)]
+
+    def epoch_items(self, num_workers: int) -> list[int]:
+        """Items each worker role yields in a whole epoch without skipped rows."""
+        roles = max(num_workers, 1)
+        return [len(self._dataset) // roles] * roles
+
+    def next_epoch(self) -> int:
+        """Start the dataset's next epoch (its epoch number plus one) and return it."""
+        epoch = self._dataset.epoch + 1
+        self._dataset.set_epoch(epoch)
+        return epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """``StreamingDataset.set_epoch``."""
+        self._dataset.set_epoch(epoch)
+
+    def state_dict(self) -> dict[str, object]:
+        """``StreamingDataset.state_dict``."""
+        return self._dataset.state_dict()
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        """``StreamingDataset.load_state_dict``."""
+        self._dataset.load_state_dict(state)
 
 
 @public

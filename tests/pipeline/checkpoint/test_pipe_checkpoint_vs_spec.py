@@ -21,13 +21,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from hypothesis import Phase, assume, given, settings
-from hypothesis import strategies as st
+from hypothesis import Phase, assume, given, settings, strategies as st
 
 from elastic_loader import merge_state_dicts
 from elastic_loader._pipeline import _checkpoint as pipe
-from elastic_loader.spec import checkpoint as spec
-from elastic_loader.spec import saved
+from elastic_loader.spec import checkpoint as spec, saved
 from elastic_loader.spec.errors import SpecError
 from elastic_loader.spec.packing import PackBuffer, PackedState
 from elastic_loader.spec.rows import RowState

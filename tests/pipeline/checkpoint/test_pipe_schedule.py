@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import heapq
 
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from elastic_loader._pipeline import _schedule
 from elastic_loader.spec import schedule

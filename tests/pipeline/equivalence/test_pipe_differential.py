@@ -10,8 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import pyarrow as pa
-from hypothesis import event, given
-from hypothesis import strategies as st
+from hypothesis import event, given, strategies as st
 
 from elastic_loader import StreamingDataset
 from elastic_loader.spec import Faults, PackingConfig, RowState, iterate_packed, iterate_rows

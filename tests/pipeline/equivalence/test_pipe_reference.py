@@ -289,9 +289,9 @@ def test_auto_budget_identical_to_reference_d16(multi_table: Any, num_splits: in
         "pad_id": 0,
         "blocks_per_epoch": "auto",
     }
-    with pytest.warns(UserWarning, match="estimate"):
+    with pytest.warns(UserWarning, match="approximate token-count sample: it estimate"):
         ours = StreamingDataset(multi_table, **kwargs)
-    with pytest.warns(UserWarning):
+    with pytest.warns(UserWarning, match="approximate token-count sample"):  # the drop-in phrase
         ref = Reference(multi_table, **kwargs)
     assert ours.blocks_per_epoch == ref.state_dict()["blocks_per_epoch"]
     assert ours.state_dict()["blocks_per_epoch"] == ours.blocks_per_epoch

@@ -107,8 +107,6 @@ def test_default_start_method_is_spawn_not_fork(multi_table: Any) -> None:
 @pytest.mark.parametrize(
     "kwargs",
     [
-        {"persistent_workers": True, "num_workers": 1},
-        {"drop_last": True},
         {"in_order": False},
         {"in_order": 0},
     ],
@@ -312,7 +310,7 @@ def test_plain_dataloader_with_workers_disables_state_dict_b7(multi_table: Any) 
     loader = DataLoader(ds, batch_size=10, num_workers=1, multiprocessing_context="forkserver")
     batches = list(itertools.islice(iter(loader), 3))
     assert len(batches) == 3
-    with pytest.raises(RuntimeError, match="StreamingDataLoader"):
+    with pytest.raises(RuntimeError, match=r"Use StreamingDataLoader \(or torchdata's StatefulDataLoader\)"):
         ds.state_dict()
     ds.load_state_dict(good)  # D8: loading a checkpoint clears the flag
     assert ds.state_dict() == good
@@ -335,7 +333,11 @@ def test_batch_size_none_and_reiteration_continue(multi_table: Any) -> None:
     assert ds.state_dict()["samples_consumed_per_split"] == [6, 6, 5, 5]
     got += [r for batch in loader for r in as_ids(batch)]
     assert got == whole
-    assert list(loader) == []  # exhausted until set_epoch (B11)
+    # iterating the loader again starts the next epoch, never silently empty (D27; B11 for the dataset)
+    again = [r for batch in loader for r in as_ids(batch)]
+    assert ds.epoch == 1
+    epoch1 = StreamingDataset(multi_table, num_splits=4, columns=["id"], epoch=1)
+    assert again == [row["id"] for row in epoch1]
 
 
 def test_packed_two_workers_deliver_and_commit_at_steps(multi_table: Any) -> None:
@@ -377,7 +379,7 @@ def test_one_active_iterator_per_dataset(multi_table: Any) -> None:
     ds = StreamingDataset(multi_table, num_splits=2, columns=["id"])
     first = iter(StreamingDataLoader(ds, batch_size=4))
     next(first)
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match="does not support concurrent iteration"):
         iter(StreamingDataLoader(ds, batch_size=4))
     with pytest.raises(RuntimeError):
         next(iter(ds))
@@ -385,7 +387,10 @@ def test_one_active_iterator_per_dataset(multi_table: Any) -> None:
         ds.load_state_dict(ds.state_dict())
     rest = sum(len(as_ids(b)) for b in first)  # exhaustion releases the dataset
     assert rest == 196
+    # a new loader over the consumed dataset continues it, as the reference does (B11; D27 is the
+    # same loader iterated again)
     assert list(StreamingDataLoader(ds, batch_size=4)) == []
+    assert ds.epoch == 0
 
 
 @pytest.mark.parametrize(("world_size", "rank", "num_workers"), [(2, 1, 2), (1, 0, 4), (2, 0, 1)])

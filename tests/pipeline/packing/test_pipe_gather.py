@@ -12,8 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from elastic_loader._pipeline import _fetch, _packing
 from elastic_loader._pipeline._packing import LOOP_MIN_DOC_TOKENS, _Fetched

@@ -17,8 +17,7 @@ import lancedb
 import numpy as np
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from elastic_loader._pipeline._computed import ComputedPermutation, read_positions
 from elastic_loader.spec import computed as spec

@@ -15,8 +15,7 @@ import lancedb
 import numpy as np
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from elastic_loader._pipeline._local import LocalPermutation, read_window, window_read_order
 from elastic_loader.spec import local as spec

@@ -5,8 +5,7 @@ from __future__ import annotations
 import pickle
 from typing import Any
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from elastic_loader import StreamingDataLoader, StreamingDataset
 from elastic_loader.testing.timing import SeededDelays, inject_timing

@@ -60,3 +60,38 @@ def decode(state: object) -> tuple[dict[str, object], bool]:
     if not isinstance(dataset, dict) or not isinstance(finished, bool):
         raise ValueError("a StreamingDataLoader state needs a 'dataset' dict and an 'epoch_finished' flag")
     return dataset, finished
+
+
+WORKER_KEY = "elastic_loader_worker"
+"""The key a worker copy's ``state_dict()`` adds: which worker of how many wrote it."""
+
+
+def dataset_state(state: dict[str, object], worker: tuple[int, int] | None) -> dict[str, object]:
+    """``state`` as a dataset loads it in ``worker`` (``(id, num_workers)``; ``None``: the main process).
+
+    A worker's own state (torchdata's per-worker snapshots, tagged :data:`WORKER_KEY`) holds that
+    worker's splits only (the others stay where the worker last saw them), so it resumes that
+    worker of a loader with the same ``num_workers`` and nothing else; its tag is dropped. A
+    StreamingDataLoader's state is refused: the loader loads it.
+    """
+    if isinstance(state, dict) and len(state) == 1 and isinstance(state.get(KEY), str):
+        raise ValueError(
+            "this is a StreamingDataLoader's state_dict(); load it with "
+            "StreamingDataLoader.load_state_dict (the dataset's own state is inside it)"
+        )
+    if not isinstance(state, dict) or WORKER_KEY not in state:
+        return state
+    tag = state[WORKER_KEY]
+    saved = tag if isinstance(tag, dict) else {}
+    here = (None, 0) if worker is None else worker
+    if (saved.get("worker"), saved.get("num_workers")) != here:
+        where = "the main process" if worker is None else f"worker {here[0]} of {here[1]}"
+        raise ValueError(
+            f"this state is the own state of DataLoader worker {saved.get('worker')} of "
+            f"{saved.get('num_workers')} (torchdata's StatefulDataLoader saves one per worker) and "
+            f"cannot resume {where}: such a state holds only that worker's splits, so it resumes only "
+            "a loader with the same num_workers (torchdata requires that too). Resume with "
+            f"num_workers={saved.get('num_workers')}, or use elastic_loader.StreamingDataLoader, whose "
+            "state_dict() resumes on any number of workers"
+        )
+    return {k: v for k, v in state.items() if k != WORKER_KEY}

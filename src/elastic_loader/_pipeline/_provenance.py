@@ -275,6 +275,18 @@ def require_known(record: Record, splits: Sequence[int]) -> None:
         )
 
 
+def require_loadable(record: Record, splits: Sequence[int], table_pin: tuple[int | None, int]) -> None:
+    """Raise unless ``record`` can resume a rank owning ``splits`` of a permutation pinned at
+    ``table_pin`` (version, rows): every owned split known, and the same row count."""
+    require_known(record, splits)
+    version, rows = table_pin
+    if record.table is not None and record.table[1] != rows:
+        raise ValueError(
+            f"the checkpoint was written for a permutation of {record.table[1]} rows, this dataset's "
+            f"holds {rows} at table version {version}; the table or its filter differs"
+        )
+
+
 # ------------------------------------------------------------------ merge
 
 

@@ -216,3 +216,26 @@ def zero_worker_gauges(shared: Any) -> None:
         for i, name in enumerate(_FIELDS):
             if name in _GAUGES:
                 shared[base + i] = 0
+
+
+class StatisticsView:
+    """The counters of :meth:`statistics` as read-only attributes (a base of ``StreamingDataset``)."""
+
+    def statistics(self) -> Statistics:
+        """A snapshot of the pipeline counters."""
+        raise NotImplementedError
+
+    bytes_loaded = StatisticField[int]("Arrow bytes read from storage, before transforms (cumulative).")
+    fetch_time = StatisticField[float]("Seconds spent in storage reads (cumulative, summed over threads).")
+    transform_time = StatisticField[float]("Seconds spent in successful transform calls (cumulative).")
+    raw_queue_depth = StatisticField[int](
+        "Rows requested or fetched and waiting for their transform (0 when idle)."
+    )
+    prefetch_queue_depth = StatisticField[int]("Transformed rows waiting to be yielded (0 when idle).")
+    unscanned_rows = StatisticField[int](
+        "Rows of the owned splits not yet requested from storage (0 when idle)."
+    )
+    rows_skipped = StatisticField[int]("Rows dropped by ``on_transform_error`` (cumulative).")
+    consumed_rows = StatisticField[int](
+        "Rows (packing: documents) yielded by the live iterations (0 when idle)."
+    )

@@ -16,7 +16,7 @@ Rules:
   ranks' (``_provenance``) from the session's ledger (``_ledger``): the start
   and every pass since. Called inside a DataLoader worker (torchdata's
   per-worker snapshots), it tags the state with the worker and the number of
-  workers (``WORKER_KEY``); such a state loads only into that same worker of a
+  workers (``_loaderstate.WORKER_KEY``); such a state loads only into that same worker of a
   loader with as many workers (it holds that worker's splits only).
 * Under a StreamingDataLoader the progress is what the trainer received (the
   commits), never what was read ahead; a plain iteration's progress is live.
@@ -30,6 +30,7 @@ Rules:
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -39,16 +40,17 @@ import numpy as np
 from torch.utils.data import IterableDataset, get_worker_info
 
 from .._exports import public
-from . import _checkpoint as ckpt, _fetch, _provenance
+from . import _checkpoint as ckpt, _fetch, _loaderstate, _provenance
 from ._epoch import build_epoch, start_progress
 from ._gate import CheckpointGate
-from ._lance import Reader, SplitRows, TableSource, describe, table_at
-from ._ledger import Ledger
+from ._handle import TableHandle
+from ._lance import SplitRows
 from ._rowfile import RowFile, rows_of
 from ._session import Lease, Session
 from ._settings import Settings, settings_for
-from ._stats import Counters, StatisticField, Statistics, new_shared, zero_worker_gauges
-from ._topology import check_workers, owned_splits, rank_block, role_splits
+from ._stats import Counters, Statistics, StatisticsView, new_shared, zero_worker_gauges
+from ._topology import check_workers, owned_splits, rank_block
+from ._tracker import Tracker
 from ._validate import check_epoch
 
 logger = logging.getLogger("elastic_loader")
@@ -58,7 +60,7 @@ DEFAULT_IO_QUEUE_DEPTH = 4
 
 
 @public
-class StreamingDataset(IterableDataset[Any]):
+class StreamingDataset(StatisticsView, IterableDataset[Any]):
     """An elastic, resumable ``IterableDataset`` over a LanceDB table.
 
     The table is cut into ``num_splits`` equal splits by a seeded shuffle
@@ -160,8 +162,7 @@ class StreamingDataset(IterableDataset[Any]):
         for name in ("self", "table", "__class__", "pickle_storage_credentials"):
             arguments.pop(name, None)
         self._settings: Settings = settings_for(table, arguments, pickle_storage_credentials)
-        self._table: Any = table
-        self._table_source: TableSource | None = None
+        self._handle = TableHandle(table, self._settings)
         self._epoch = epoch
         self._counters = Counters()
         self._counters.attach_shared(new_shared())
@@ -169,11 +170,7 @@ class StreamingDataset(IterableDataset[Any]):
         self._lease = Lease()
         self._timing_hook: _fetch.TimingHook | None = None
         self._rank_splits = rank_block(rank, self._settings.splits_per_rank)
-        self._rotation = 0  # the role torch worker 0 plays in the running StreamingDataLoader
-        self._transport = False  # the running session feeds a StreamingDataLoader in this process
-        self._tail: ckpt.State | None = None  # a loader's ended session: its last batch's progress
-        self._open_error: Exception | None = None  # a copy's failure to reopen the table (see _reader)
-        self._generation = 0  # counts set_epoch and load_state_dict: a loader's "epoch finished" names one
+        self._tracker = Tracker(self._settings, self._rank_splits)
         self._build_epoch()
 
     # ------------------------------------------------------------ epochs
@@ -181,17 +178,13 @@ class StreamingDataset(IterableDataset[Any]):
     def _build_epoch(self, version: int | None = None) -> None:
         """Build epoch ``self._epoch`` (of table version ``version``, default the latest) and reset
         progress and the session ledger to its start."""
-        table = self._table if version is None else table_at(self._table, version)
-        epoch = build_epoch(table, self._settings, self._epoch)
+        epoch = build_epoch(self._handle.at(version), self._settings, self._epoch)
         self._perm: SplitRows = epoch.perm
         self._row_ids: np.ndarray = epoch.perm.rows
         self._row_file = RowFile()  # a file of an earlier epoch holds other row ids
-        self._reader_cache: Reader | None = epoch.reader
+        self._handle.built(epoch.perm.base_version, epoch.reader)
         self._blocks_per_epoch = epoch.blocks_per_epoch
-        self._progress: ckpt.State = start_progress(self._settings)
-        start = _provenance.fresh(self._progress, self._table_pin())
-        self._ledger = Ledger(start, self._settings.world_size, self._settings.rank)
-        self._generation += 1
+        self._tracker.start(start_progress(self._settings), self._table_pin())
 
     def _table_pin(self) -> tuple[int | None, int]:
         """The table version of this epoch's permutation and the rows it holds."""
@@ -210,7 +203,6 @@ class StreamingDataset(IterableDataset[Any]):
         self._epoch = epoch
         self._build_epoch()
         self._gate.after_load()
-        self._generation += 1
 
     # ------------------------------------------------------------ properties
 
@@ -265,46 +257,34 @@ class StreamingDataset(IterableDataset[Any]):
 
     def _run(self, transport: bool) -> Iterator[Any]:
         override = self._settings.worker_info_override
-        owned, worker = owned_splits(self._rank_splits, override, get_worker_info(), self._rotation)
+        tracker = self._tracker
+        owned, worker = owned_splits(self._rank_splits, override, get_worker_info(), tracker.rotation)
         if worker is not None:
             self._counters.publish_as_worker(worker)
             if not transport:
                 self._gate.after_untracked_iteration()
         rows = [np.asarray(self._row_ids[s]) for s in owned]
-        blocks, reader, hook = self._blocks_per_epoch, self._reader, self._timing_hook
-        targets = {s: t for s, t in self._ledger.start.projected.items() if s in owned}
+        blocks, reader, hook = self._blocks_per_epoch, self._handle.reader(), self._timing_hook
         session = Session(
             self._settings,
             owned,
             rows,
-            self._progress,
+            tracker.progress,
             blocks_per_epoch=blocks,
             reader=reader,
             counters=self._counters,
             hook=hook,
-            targets=targets,
+            targets=tracker.targets(owned),
         )
-        self._lease.session, self._transport, self._tail = session, transport, None
+        self._lease.session = session
+        tracker.begin(transport)
         try:
             yield from session.items()
         finally:
-            if transport:  # the commits say what the trainer received; the last batch is collated later
-                self._tail = session.progress(self._progress)
-            else:
-                self._ledger.plain_pass(session.handed_out(self._progress), owned)
-                self._progress = session.progress(self._progress)
+            tracker.end(session, owned)
             session.close()
-            self._lease.session, self._transport = None, False
+            self._lease.session = None
             self._counters.idle()
-
-    @property
-    def _reader(self) -> Reader:
-        if self._reader_cache is None:
-            error, self._open_error = self._open_error, None
-            if error is not None:
-                raise RuntimeError(f"this copy of the dataset could not open its table: {error!r}") from error
-            self._reader_cache = self._source.open()
-        return self._reader_cache
 
     # ------------------------------------------------------------ observability
 
@@ -313,57 +293,14 @@ class StreamingDataset(IterableDataset[Any]):
         session = self._lease.session
         return self._counters.snapshot() if session is None else session.statistics()
 
-    bytes_loaded = StatisticField[int]("Arrow bytes read from storage, before transforms (cumulative).")
-    fetch_time = StatisticField[float]("Seconds spent in storage reads (cumulative, summed over threads).")
-    transform_time = StatisticField[float]("Seconds spent in successful transform calls (cumulative).")
-    raw_queue_depth = StatisticField[int](
-        "Rows requested or fetched and waiting for their transform (0 when idle)."
-    )
-    prefetch_queue_depth = StatisticField[int]("Transformed rows waiting to be yielded (0 when idle).")
-    unscanned_rows = StatisticField[int](
-        "Rows of the owned splits not yet requested from storage (0 when idle)."
-    )
-    rows_skipped = StatisticField[int]("Rows dropped by ``on_transform_error`` (cumulative).")
-    consumed_rows = StatisticField[int](
-        "Rows (packing: documents) yielded by the live iterations (0 when idle)."
-    )
-
     # ------------------------------------------------------------ checkpoints
 
     @property
     def _identity(self) -> ckpt.Identity:
         return self._settings.identity(self._epoch, self._perm.fingerprint, self._blocks_per_epoch)
 
-    def _current_progress(self) -> ckpt.State:
-        """The live progress: the running session's (read ahead included under a loader), or the
-        end of a loader's session whose last batch is still being collated."""
-        session = self._lease.session
-        if session is not None:
-            return session.progress(self._progress)
-        return self._progress if self._tail is None else self._tail
-
     def _snapshot(self) -> dict[str, object]:
-        return ckpt.snapshot(self._identity, self._current_progress())
-
-    def _record(self) -> _provenance.Record:
-        """What ``state_dict()`` reports: the trainer's progress and the ledger's inference."""
-        session, live = self._lease.session, None
-        progress = self._progress
-        if session is not None and not self._transport:
-            progress = session.progress(self._progress)
-            live = (session.handed_out(self._progress), session.owned)
-        passes, touched = self._ledger.now(live)
-        s = self._settings
-        budget = None if self._blocks_per_epoch is None else self._blocks_per_epoch // s.num_splits
-        skipping = s.on_transform_error != "raise"
-        start = self._ledger.start
-        split_len = self._perm.split_len
-        partial = None
-        if s.worker_info_override is not None:  # a simulated worker reports its own splits only
-            partial, _ = owned_splits(self._rank_splits, s.worker_info_override, None)
-        return _provenance.infer(
-            start, progress, touched, passes, s.world_size, s.rank, split_len, budget, skipping, partial
-        )
+        return ckpt.snapshot(self._identity, self._tracker.current(self._lease.session))
 
     def state_dict(self) -> dict[str, object]:
         """The checkpoint: settings plus per-split progress, in ``lancedb.streaming``'s format.
@@ -389,9 +326,10 @@ class StreamingDataset(IterableDataset[Any]):
         """
         info = get_worker_info()
         self._gate.check_state_dict(in_worker=info is not None)
-        state = _provenance.write(self._identity, self._record())
+        record = self._tracker.record(self._lease.session, self._perm.split_len, self._blocks_per_epoch)
+        state = _provenance.write(self._identity, record)
         if info is not None:  # a worker copy's own state (torchdata's per-worker snapshots)
-            state[WORKER_KEY] = {"worker": int(info.id), "num_workers": int(info.num_workers)}
+            state[_loaderstate.WORKER_KEY] = {"worker": int(info.id), "num_workers": int(info.num_workers)}
         return state
 
     def load_state_dict(self, state: dict[str, object]) -> None:
@@ -412,27 +350,17 @@ class StreamingDataset(IterableDataset[Any]):
             RuntimeError: an iterator over this dataset is active.
         """
         self._lease.refuse_while_active("load_state_dict")
-        state = _check_worker_state(state)
-        if _is_loader_state(state):
-            raise ValueError(
-                "this is a StreamingDataLoader's state_dict(); load it with "
-                "StreamingDataLoader.load_state_dict (the dataset's own state is inside it)"
-            )
+        info = get_worker_info()
+        state = _loaderstate.dataset_state(
+            state, None if info is None else (int(info.id), int(info.num_workers))
+        )
         version = _provenance.pinned_version(state)
         if version is not None and self._perm.base_version is not None and version != self._perm.base_version:
             self._build_epoch(version)
         record = _provenance.read(self._identity, state, self._perm.split_len)
-        _provenance.require_known(record, self._rank_splits)
-        if record.table is not None and record.table[1] != self._table_pin()[1]:
-            raise ValueError(
-                f"the checkpoint was written for a permutation of {record.table[1]} rows, this dataset's "
-                f"holds {self._table_pin()[1]} at table version {self._perm.base_version}; the table or its "
-                "filter differs"
-            )
-        self._progress = record.state
-        self._ledger.reset(record)
+        _provenance.require_loadable(record, self._rank_splits, self._table_pin())
+        self._tracker.load(record)
         self._gate.after_load()
-        self._generation += 1
 
     @staticmethod
     def merge_state_dicts(states: list[dict[str, object]]) -> dict[str, object]:
@@ -442,37 +370,14 @@ class StreamingDataset(IterableDataset[Any]):
         """
         return _provenance.merge(states)
 
-    def _commit(self, state: object, worker: int | None, num_workers: int) -> None:
-        """Fold a delivered batch's checkpoint (from torch worker ``worker``) into this dataset."""
-        self._progress = ckpt.commit(self._identity, self._progress, state)
-        splits = self._rank_splits
-        if worker is not None:
-            splits = role_splits(splits, num_workers, (worker + self._rotation) % num_workers)
-        self._ledger.delivered(worker, splits)
-
-    def _invalidate(self, reason: str) -> None:
-        self._gate.after_failure(reason)
-
     # ------------------------------------------------------------ pickling
-
-    @property
-    def _source(self) -> TableSource:
-        if self._table is None:
-            assert self._table_source is not None
-            return self._table_source
-        factory, keep = self._settings.connection_factory, self._settings.keep_credentials
-        version = self._perm.base_version
-        return describe(self._table, version, connection_factory=factory, keep_credentials=keep)
 
     def __getstate__(self) -> dict[str, Any]:
         if self._lease.session is not None and get_worker_info() is None:
             logger.debug("pickling a dataset while it iterates; the copy starts from the progress so far")
         state = dict(self.__dict__)
-        state["_table"] = None if self._table is None else self._source
-        state["_reader_cache"] = None
-        state["_progress"] = self._current_progress()
-        state["_tail"] = None
-        state["_open_error"] = None
+        tracker = state["_tracker"] = copy.copy(self._tracker)
+        tracker.progress, tracker.tail = self._tracker.current(self._lease.session), None
         state["_perm"] = replace(self._perm, rows=_NO_ROWS)  # the rows travel once, as _row_ids
         state["_row_ids"] = self._row_file.payload(self._row_ids)
         state["_row_file"] = None
@@ -480,18 +385,9 @@ class StreamingDataset(IterableDataset[Any]):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         payload = state.pop("_row_ids")
-        source: TableSource | None = state.pop("_table")
         self.__dict__.update(state)
         self._row_ids = rows_of(payload)
         self._row_file = RowFile()
-        self._table = None
-        self._table_source = source
-        self._reader_cache, self._open_error = None, None
-        if source is not None:  # a worker that cannot open the table fails at its first read instead
-            try:
-                self._reader_cache = source.open()
-            except Exception as exc:
-                self._open_error = exc
         self._perm = SplitRows(self._row_ids, self._perm.fingerprint, self._perm.base_version)
 
     def __repr__(self) -> str:
@@ -505,40 +401,6 @@ class StreamingDataset(IterableDataset[Any]):
 
 
 _NO_ROWS = np.zeros((0, 0), dtype=np.uint64)
-
-
-WORKER_KEY = "elastic_loader_worker"
-"""The key a worker copy's ``state_dict()`` adds: which worker of how many wrote it."""
-
-
-def _check_worker_state(state: dict[str, object]) -> dict[str, object]:
-    """``state`` without its worker tag, if it is one worker's state and this copy is that worker.
-
-    A worker's state holds that worker's splits only (the others stay where the worker last saw
-    them), so it resumes that worker of a loader with the same ``num_workers`` and nothing else.
-    """
-    if not isinstance(state, dict) or WORKER_KEY not in state:
-        return state
-    tag = state[WORKER_KEY]
-    saved = tag if isinstance(tag, dict) else {}
-    info = get_worker_info()
-    here = (None, 0) if info is None else (int(info.id), int(info.num_workers))
-    if (saved.get("worker"), saved.get("num_workers")) != here:
-        where = "the main process" if info is None else f"worker {here[0]} of {here[1]}"
-        raise ValueError(
-            f"this state is the own state of DataLoader worker {saved.get('worker')} of "
-            f"{saved.get('num_workers')} (torchdata's StatefulDataLoader saves one per worker) and "
-            f"cannot resume {where}: such a state holds only that worker's splits, so it resumes only "
-            "a loader with the same num_workers (torchdata requires that too). Resume with "
-            f"num_workers={saved.get('num_workers')}, or use elastic_loader.StreamingDataLoader, whose "
-            "state_dict() resumes on any number of workers"
-        )
-    return {k: v for k, v in state.items() if k != WORKER_KEY}
-
-
-def _is_loader_state(state: object) -> bool:
-    """A StreamingDataLoader's state: one key ``elastic_loader`` holding a string."""
-    return isinstance(state, dict) and len(state) == 1 and isinstance(state.get(_provenance.KEY), str)
 
 
 class LoaderLink:
@@ -569,14 +431,11 @@ class LoaderLink:
 
     def open(self, num_workers: int, batch_size: int) -> None:
         """A loader iteration starts: its workers' roles continue the last loader's rotation."""
-        dataset = self._dataset
-        dataset._rotation = dataset._ledger.rotation(num_workers)
-        dataset._ledger.open_loader(num_workers, batch_size, dataset._rotation)
+        self._dataset._tracker.open_loader(num_workers, batch_size)
 
     def close(self) -> None:
         """The loader iteration is over."""
-        self._dataset._ledger.close_loader()
-        self._dataset._tail = None
+        self._dataset._tracker.close_loader()
 
     def items(self) -> Iterator[Any]:
         """The dataset's items for torch (no lease of their own: the loader holds it)."""
@@ -588,11 +447,11 @@ class LoaderLink:
 
     def commit(self, state: object, worker: int | None, num_workers: int) -> None:
         """Fold a delivered batch's checkpoint (from torch worker ``worker``) into the dataset."""
-        self._dataset._commit(state, worker, num_workers)
+        self._dataset._tracker.commit(self._dataset._identity, state, worker, num_workers)
 
     def invalidate(self, reason: str) -> None:
         """A batch failed before it reached the trainer: close the checkpoint gate."""
-        self._dataset._invalidate(reason)
+        self._dataset._gate.after_failure(reason)
 
     def workers_done(self) -> None:
         """The loader's workers are gone: zero their gauges."""
@@ -608,23 +467,13 @@ class LoaderLink:
     def generation(self) -> int:
         """Changes at every ``set_epoch`` and ``load_state_dict`` (names the epoch start the progress
         counts from)."""
-        return self._dataset._generation
+        return self._dataset._tracker.generation
 
     def remaining(self, num_workers: int) -> list[int]:
         """Items each worker role (one role without workers) can still yield from the delivered
         progress, assuming no row is skipped (packing: blocks; a projected split from its target)."""
         ds = self._dataset
-        progress, budget = ds._progress, ds._blocks_per_epoch
-        targets = ds._ledger.start.projected
-        left: dict[int, int] = {}
-        for s in ds._rank_splits:
-            if isinstance(progress, ckpt.RowState):
-                left[s] = ds._perm.split_len - progress.positions[s]
-            else:
-                assert budget is not None
-                left[s] = budget // ds._settings.num_splits - max(progress.emitted[s], targets.get(s, 0))
-        roles = max(num_workers, 1)
-        return [sum(left[s] for s in role_splits(ds._rank_splits, num_workers, r)) for r in range(roles)]
+        return ds._tracker.remaining(num_workers, ds._perm.split_len, ds._blocks_per_epoch)
 
     def epoch_items(self, num_workers: int) -> list[int]:
         """Items each worker role yields in a whole epoch without skipped rows."""

@@ -27,21 +27,23 @@ from elastic_loader.spec.invariants import (
     MixtureProportionInv,
 )
 from elastic_loader.spec.mixture import (
+    MixtureItem,
+    initial_mixture_state,
+    mixture_global_steps,
+    mixture_topology_steps,
+)
+from elastic_loader.spec.mixture_saved import exact_mixture, run_mixture_session, snapshot_mixture
+from elastic_loader.spec.mixture_schedule import (
     ON_EXHAUSTED,
     MixtureConfig,
-    MixtureItem,
     Regime,
     Schedule,
     Segment,
     Slot,
     SourceData,
     edf_pick,
-    initial_mixture_state,
-    mixture_global_steps,
     mixture_schedule,
-    mixture_topology_steps,
 )
-from elastic_loader.spec.mixture_saved import exact_mixture, run_mixture_session, snapshot_mixture
 from elastic_loader.spec.rows import NO_FAULTS
 from elastic_loader.spec.topology import PackingConfig
 

@@ -75,19 +75,17 @@ from elastic_loader.spec.local import (
     window_offset_inverse,
     window_size,
 )
-from elastic_loader.spec.mixture import (
+from elastic_loader.spec.mixture import MixtureState, check_mixture_state, initial_mixture_state
+from elastic_loader.spec.mixture_saved import exact_mixture, load_mixture, merge_mixture, snapshot_mixture
+from elastic_loader.spec.mixture_schedule import (
     MixtureConfig,
-    MixtureState,
     Regime,
     SourceData,
     check_data,
-    check_mixture_state,
     edf_pick,
-    initial_mixture_state,
     integer_weights,
     mixture_schedule,
 )
-from elastic_loader.spec.mixture_saved import exact_mixture, load_mixture, merge_mixture, snapshot_mixture
 from elastic_loader.spec.protocols import Protocol, Shape, next_starts, run_session
 from elastic_loader.spec.saved import (
     Cursor,

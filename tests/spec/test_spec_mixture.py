@@ -21,24 +21,12 @@ from elastic_loader.spec.invariants import (
     MixtureProportionInv,
 )
 from elastic_loader.spec.mixture import (
-    ON_EXHAUSTED,
-    MixtureConfig,
     MixtureItem,
     MixtureState,
-    Regime,
-    Schedule,
-    Segment,
-    Slot,
-    SourceData,
-    capacity,
-    edf_pick,
     initial_mixture_state,
-    integer_weights,
     iterate_mixture,
     mixture_global_steps,
-    mixture_schedule,
     mixture_topology_steps,
-    tie_order,
 )
 from elastic_loader.spec.mixture_saved import (
     MixtureSaved,
@@ -48,6 +36,20 @@ from elastic_loader.spec.mixture_saved import (
     reweighted,
     run_mixture_session,
     snapshot_mixture,
+)
+from elastic_loader.spec.mixture_schedule import (
+    ON_EXHAUSTED,
+    MixtureConfig,
+    Regime,
+    Schedule,
+    Segment,
+    Slot,
+    SourceData,
+    capacity,
+    edf_pick,
+    integer_weights,
+    mixture_schedule,
+    tie_order,
 )
 from elastic_loader.spec.rows import NO_FAULTS
 from elastic_loader.spec.topology import rank_splits

@@ -253,7 +253,7 @@ def table_at(table: Any, version: int) -> Any:
         ValueError: the version no longer exists (old versions were cleaned up), or the table
             cannot be reopened at a version.
     """
-    conn = getattr(table, "_conn", None)
+    conn = getattr(table, "_conn", None)  # LanceDB tables expose their connection only as _conn
     if conn is None or not hasattr(table, "checkout"):
         raise ValueError(f"cannot reopen table {getattr(table, 'name', table)!r} at version {version}")
     other = conn.open_table(table.name)

@@ -86,18 +86,12 @@ from .local import (
     window_size,
 )
 from .mixture import (
-    MixtureConfig,
     MixtureItem,
     MixtureRun,
     MixtureState,
-    Regime,
-    Schedule,
-    SourceData,
     initial_mixture_state,
-    integer_weights,
     iterate_mixture,
     mixture_global_steps,
-    mixture_schedule,
     mixture_topology_steps,
     run_mixture_loader,
 )
@@ -114,6 +108,7 @@ from .mixture_saved import (
     run_mixture_session,
     snapshot_mixture,
 )
+from .mixture_schedule import MixtureConfig, Regime, Schedule, SourceData, integer_weights, mixture_schedule
 from .packing import (
     Block,
     PackBuffer,

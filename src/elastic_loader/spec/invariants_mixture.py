@@ -13,18 +13,9 @@ from collections.abc import Sequence
 from itertools import pairwise
 
 from .errors import InvariantViolation, SpecValueError, check
-from .mixture import (
-    MixtureConfig,
-    MixtureItem,
-    MixtureKey,
-    MixtureState,
-    Schedule,
-    SourceData,
-    item_key,
-    iterate_mixture,
-    source_items,
-)
+from .mixture import MixtureItem, MixtureKey, MixtureState, item_key, iterate_mixture, source_items
 from .mixture_saved import MixtureSaved, resolve_mixture
+from .mixture_schedule import MixtureConfig, Schedule, SourceData
 from .topology import rank_splits
 
 

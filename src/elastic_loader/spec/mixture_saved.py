@@ -54,21 +54,17 @@ from .checkpoint import (
 from .errors import require
 from .inference import Pass, simulate_pass
 from .mixture import (
-    MixtureConfig,
     MixtureItem,
     MixtureState,
-    Regime,
-    Schedule,
-    SourceData,
     State,
     check_mixture_state,
     iterate_mixture,
-    mixture_schedule,
     rebuild,
     run_mixture_loader,
     split_key,
     value_in,
 )
+from .mixture_schedule import MixtureConfig, Regime, Schedule, SourceData, mixture_schedule
 from .packing import PackedState
 from .saved import SplitValue
 from .topology import Topology, rank_splits

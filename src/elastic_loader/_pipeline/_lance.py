@@ -91,8 +91,9 @@ def build_permutation(
     """Build the split permutation exactly as ``lancedb.streaming`` does and group it by split.
 
     Raises:
-        ValueError: a ``split_strategy`` result does not have exactly the split
-            ids ``0..num_splits-1`` with equal sizes.
+        TypeError: ``split_strategy`` returned something other than a builder.
+        ValueError: ``split_strategy`` returned None, or its result does not have
+            exactly the split ids ``0..num_splits-1`` with equal sizes.
     """
     from lancedb.permutation import permutation_builder
 
@@ -104,6 +105,11 @@ def build_permutation(
             configured = split_strategy(builder)
             if configured is None:
                 raise ValueError("split_strategy must return the configured permutation builder, got None")
+            if not callable(getattr(configured, "execute", None)):
+                raise TypeError(
+                    "split_strategy must return the configured permutation builder, got "
+                    f"{type(configured).__name__}"
+                )
             perm_table = configured.execute()
         elif shuffle:
             seed = shuffle_seed + epoch * EPOCH_PRIME

@@ -23,6 +23,7 @@ import heapq
 import itertools
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -116,31 +117,61 @@ def make_row_stage(
 
 
 class RowFeed:
-    """Ready rows of every owned split, fed from the pipeline's units in order."""
+    """Ready rows of every owned split, fed from the pipeline's units in order.
+
+    Bytes: a row weighs its unit's Arrow bytes per row; ``held_bytes`` is the
+    weight of the ready rows plus the rows taken for the chunk being yielded
+    (``out_bytes``, released when the chunk ends).
+    """
 
     def __init__(self, n: int) -> None:
         self.values: list[list[Any]] = [[] for _ in range(n)]
         self.positions: list[list[int]] = [[] for _ in range(n)]
-        self.read = [0] * n
         self.error: list[BaseException | None] = [None] * n
         """Per split: the error of its first failing row; nothing after it is kept."""
+        self._weights: list[deque[list[float]]] = [deque() for _ in range(n)]
+        """Per split: runs ``[rows, bytes per row]`` of its ready rows, oldest first."""
+        self.ready_bytes = 0.0
+        self.out_bytes = 0.0
+
+    def held_bytes(self) -> int:
+        """Bytes of the rows this feed holds (ready, or taken for the current chunk)."""
+        return int(self.ready_bytes + self.out_bytes)
 
     def ready(self, i: int) -> int:
-        return len(self.values[i]) - self.read[i]
+        return len(self.values[i])
 
-    def take(self, i: int, k: int) -> tuple[list[Any], list[int]]:
-        r = self.read[i]
-        vals, pos = self.values[i][r : r + k], self.positions[i][r : r + k]
-        r += k
-        if r > 4096 and r * 2 > len(self.values[i]):
-            del self.values[i][:r]
-            del self.positions[i][:r]
-            r = 0
-        self.read[i] = r
-        return vals, pos
+    def take(self, i: int, k: int) -> tuple[list[Any], list[int], float]:
+        """The next ``k`` ready rows of split ``i``: values, positions, and their bytes."""
+        vals, pos = self.values[i][:k], self.positions[i][:k]
+        # taken rows leave the queue at once: a row the consumer dropped is never kept alive here
+        del self.values[i][:k]
+        del self.positions[i][:k]
+        weight = self._release(i, len(vals))
+        return vals, pos, weight
+
+    def _release(self, i: int, k: int) -> float:
+        """Drop the weights of split ``i``'s ``k`` oldest ready rows; their bytes."""
+        runs, weight = self._weights[i], 0.0
+        while k > 0 and runs:
+            run = runs[0]
+            used = min(k, int(run[0]))
+            weight += used * run[1]
+            k -= used
+            run[0] -= used
+            if run[0] <= 0:
+                runs.popleft()
+        self.ready_bytes = max(0.0, self.ready_bytes - weight)
+        return weight
+
+    def _hold(self, i: int, rows: int, per_row: float) -> None:
+        if rows:
+            self._weights[i].append([float(rows), per_row])
+            self.ready_bytes += rows * per_row
 
     def distribute(self, unit: Unit, payload: RowPayload, counters: Counters) -> None:
         values, skipped, errors = payload.values, payload.skipped, payload.errors
+        per_row = unit.nbytes / max(1, unit.rows)
         added = 0
         for seg in unit.segments:
             i, first, count, off = seg.split, seg.first, seg.count, seg.offset
@@ -150,7 +181,9 @@ class RowFeed:
                 self.values[i].extend(values[off : off + count])
                 self.positions[i].extend(range(first, first + count))
                 added += count
+                self._hold(i, count, per_row)
                 continue
+            kept = 0
             for j in range(count):
                 k = off + j
                 if errors is not None and k in errors:
@@ -160,7 +193,9 @@ class RowFeed:
                     continue
                 self.values[i].append(values[k])
                 self.positions[i].append(first + j)
-                added += 1
+                kept += 1
+            added += kept
+            self._hold(i, kept, per_row)
         counters.add(ready_rows=added)
 
 
@@ -263,7 +298,7 @@ def iterate(
         if not fill(i):
             raise_if_failed(i)
             return
-        (value,), (position,) = feed.take(i, 1)
+        (value,), (position,), _ = feed.take(i, 1)
         progress.step(i, position)
         counters.add(ready_rows=-1, consumed_rows=1, rows_delivered=1)
         if count + 1 < target:
@@ -279,8 +314,10 @@ def iterate(
         if n == 1:
             rows = taken[0][0]
         else:
-            rows = list(itertools.chain.from_iterable(zip(*(vals for vals, _ in taken))))
-        progress.begin([pos for _, pos in taken])
+            rows = list(itertools.chain.from_iterable(zip(*(vals for vals, _, _ in taken))))
+        progress.begin([pos for _, pos, _ in taken])
+        weight = sum(w for _, _, w in taken)
+        feed.out_bytes += weight
         try:
             for j, row in enumerate(rows, 1):
                 progress.cursor = j
@@ -288,3 +325,5 @@ def iterate(
         finally:
             # The chunk's rows count as ready until handed out; statistics() adds the cursor live.
             progress.end(counters)
+            feed.out_bytes = max(0.0, feed.out_bytes - weight)
+            del rows, taken

@@ -20,8 +20,7 @@ Rules:
 * Pickling sends a recipe to reopen the table, the row ids (``_rowfile``: a
   shared-memory file during worker start-up, so each worker maps only what it
   reads), the progress and the cumulative counters; never live threads or
-  connections. A copy reopens the table at its first read, so a worker that
-  cannot open it fails on its first batch and the trainer sees why.
+  connections.
 """
 
 from __future__ import annotations
@@ -178,7 +177,6 @@ class StreamingDataset(IterableDataset[Any]):
         self._rotation = 0  # the role torch worker 0 plays in the running StreamingDataLoader
         self._transport = False  # the running session feeds a StreamingDataLoader in this process
         self._tail: ckpt.State | None = None  # a loader's ended session: its last batch's progress
-        self._generation = 0  # counts set_epoch and load_state_dict: a loader's "epoch finished" names one
         self._build_epoch()
 
     # ------------------------------------------------------------ epochs
@@ -196,7 +194,6 @@ class StreamingDataset(IterableDataset[Any]):
         self._progress: ckpt.State = start_progress(self._settings)
         start = _provenance.fresh(self._progress, self._table_pin())
         self._ledger = Ledger(start, self._settings.world_size, self._settings.rank)
-        self._generation += 1
 
     def _table_pin(self) -> tuple[int | None, int]:
         """The table version of this epoch's permutation and the rows it holds."""
@@ -215,7 +212,6 @@ class StreamingDataset(IterableDataset[Any]):
         self._epoch = epoch
         self._build_epoch()
         self._gate.after_load()
-        self._generation += 1
 
     # ------------------------------------------------------------ properties
 
@@ -410,11 +406,6 @@ class StreamingDataset(IterableDataset[Any]):
             RuntimeError: an iterator over this dataset is active.
         """
         self._lease.refuse_while_active("load_state_dict")
-        if _is_loader_state(state):
-            raise ValueError(
-                "this is a StreamingDataLoader's state_dict(); load it with StreamingDataLoader.load_state_dict "
-                "(the dataset's own state is inside it)"
-            )
         version = _provenance.pinned_version(state)
         if version is not None and self._perm.base_version is not None and version != self._perm.base_version:
             self._build_epoch(version)
@@ -429,7 +420,6 @@ class StreamingDataset(IterableDataset[Any]):
         self._progress = record.state
         self._ledger.reset(record)
         self._gate.after_load()
-        self._generation += 1
 
     @staticmethod
     def merge_state_dicts(states: list[dict[str, object]]) -> dict[str, object]:
@@ -482,7 +472,7 @@ class StreamingDataset(IterableDataset[Any]):
         self._row_file = RowFile()
         self._table = None
         self._table_source = source
-        self._reader_cache = None  # opened at the first read: a failure then reaches the trainer
+        self._reader_cache = source.open() if source is not None else None
         self._perm = SplitRows(self._row_ids, self._perm.fingerprint, self._perm.base_version)
 
     def __repr__(self) -> str:
@@ -496,11 +486,6 @@ class StreamingDataset(IterableDataset[Any]):
 
 
 _NO_ROWS = np.zeros((0, 0), dtype=np.uint64)
-
-
-def _is_loader_state(state: object) -> bool:
-    """A StreamingDataLoader's state: one key ``elastic_loader`` holding a string."""
-    return isinstance(state, dict) and len(state) == 1 and isinstance(state.get(_provenance.KEY), str)
 
 
 class LoaderLink:
@@ -559,56 +544,6 @@ class LoaderLink:
     def workers_done(self) -> None:
         """The loader's workers are gone: zero their gauges."""
         zero_worker_gauges(self._dataset._counters.shared)
-
-    def keep_shared(self, old: LoaderLink) -> None:
-        """This link's dataset replaces ``old``'s in a persistent worker: keep the shared memory
-        only the worker's start-up copy carries (counters slot, gate flags)."""
-        new, before = self._dataset, old._dataset
-        new._counters.attach_shared(before._counters.shared)
-        new._gate = CheckpointGate(before._counters.shared)
-
-    def generation(self) -> int:
-        """Changes at every ``set_epoch`` and ``load_state_dict``: which epoch start the progress counts from."""
-        return self._dataset._generation
-
-    def remaining(self, num_workers: int) -> list[int]:
-        """Items each worker role (one role without workers) can still yield from the delivered
-        progress, assuming no row is skipped (packing: blocks; a projected split from its target)."""
-        ds = self._dataset
-        progress, budget = ds._progress, ds._blocks_per_epoch
-        targets = ds._ledger.start.projected
-        left: dict[int, int] = {}
-        for s in ds._rank_splits:
-            if isinstance(progress, ckpt.RowState):
-                left[s] = ds._perm.split_len - progress.positions[s]
-            else:
-                assert budget is not None
-                left[s] = budget // ds._settings.num_splits - max(progress.emitted[s], targets.get(s, 0))
-        roles = max(num_workers, 1)
-        return [sum(left[s] for s in role_splits(ds._rank_splits, num_workers, r)) for r in range(roles)]
-
-    def epoch_items(self, num_workers: int) -> list[int]:
-        """Items each worker role yields in a whole epoch without skipped rows."""
-        roles = max(num_workers, 1)
-        return [len(self._dataset) // roles] * roles
-
-    def next_epoch(self) -> int:
-        """Start the dataset's next epoch (its epoch number plus one) and return it."""
-        epoch = self._dataset.epoch + 1
-        self._dataset.set_epoch(epoch)
-        return epoch
-
-    def set_epoch(self, epoch: int) -> None:
-        """``StreamingDataset.set_epoch``."""
-        self._dataset.set_epoch(epoch)
-
-    def state_dict(self) -> dict[str, object]:
-        """``StreamingDataset.state_dict``."""
-        return self._dataset.state_dict()
-
-    def load_state_dict(self, state: dict[str, object]) -> None:
-        """``StreamingDataset.load_state_dict``."""
-        self._dataset.load_state_dict(state)
 
 
 @public

@@ -1,28 +1,10 @@
 """StreamingDataLoader: a torch DataLoader whose checkpoints count only delivered batches.
 
-Rules:
-* Every batch a worker produces carries the worker's checkpoint right after
-  the batch's last item; the parent commits it into its dataset when the batch
-  is returned by next(), never earlier. A failed batch disables checkpoints
-  until a checkpoint is loaded. Workers start with a start method that is safe
-  with LanceDB (not fork) unless the caller chooses one, and the loader refuses
-  to start them from top-level code of a script without a main guard (``_guard``).
-* One live iterator per loader: ``iter(loader)`` and ``set_epoch`` close the
-  loader's previous iterator first (its later ``next`` raises). An epoch is
-  *finished* when the loader's iterator ran out, or when the delivered progress
-  leaves no batch for any worker; iterating a finished epoch starts the next
-  one (``epoch + 1``), so a second ``for batch in loader`` is never silently empty.
-* ``state_dict()`` is one opaque entry (``_loaderstate``): the dataset's state
-  plus whether the epoch is finished. It never waits for other ranks.
-* ``len(loader)`` is the number of batches of a whole epoch: each worker batches
-  its own splits, so it is ``num_workers`` times one worker's batch count
-  (``drop_last``: each worker drops its own short last batch).
-* ``persistent_workers=True``: the workers' copies are re-seeded from the parent
-  at every iteration (``_reseed``).
-* Only a StreamingDataLoader iterates its adapter: a DataLoader another library
-  rebuilt from ``loader.dataset`` is refused (its batches would carry
-  checkpoints nobody commits). ``accelerate``'s ``prepare`` returns the loader
-  unchanged (it already splits the data by rank).
+Rules: every batch a worker produces carries the worker's checkpoint right
+after the batch's last item; the parent commits it into its dataset when the
+batch is returned by next(), never earlier. A failed batch disables
+checkpoints until a checkpoint is loaded. Workers start with a start method
+that is safe with LanceDB (not fork) unless the caller chooses one.
 
 The loader reaches its dataset only through ``dataset.LoaderLink``. The collate
 finds the dataset whose checkpoint goes with a batch through torch's worker
@@ -32,22 +14,15 @@ info in a worker process, through the adapter it holds in the main process.
 from __future__ import annotations
 
 import contextlib
-import logging
-import math
 import multiprocessing
 import multiprocessing.context
-import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from .._exports import public
-from . import _loaderstate, _reseed
-from ._guard import check_main_guard
 from .dataset import LoaderLink, StreamingDataset
-
-logger = logging.getLogger("elastic_loader")
 
 # Fork is unsafe once LanceDB's runtime threads exist in the parent (the child inherits
 # locks held by threads that do not exist there). A fork server is a fresh process
@@ -92,41 +67,15 @@ class _Delivered(NamedTuple):
 
 
 class _Adapter(IterableDataset[Any]):
-    """What torch iterates: the dataset's items, with the consumer-commit transport on.
-
-    ``active`` is set while its StreamingDataLoader starts or runs an iteration (worker copies
-    are pickled then, so they carry it); ``reseed`` names the directory of a persistent-worker
-    loader's snapshots, ``iterations`` counts this copy's iterations.
-    """
+    """What torch iterates: the dataset's items, with the consumer-commit transport on."""
 
     def __init__(self, dataset: StreamingDataset) -> None:
         super().__init__()
         self.dataset = dataset
         self.link = LoaderLink(dataset)
-        self.active = False
-        self.reseed: str | None = None
-        self.iterations = 0
 
     def __iter__(self) -> Iterator[Any]:
-        if not self.active:
-            raise RuntimeError(
-                "a StreamingDataLoader's dataset is being iterated by another DataLoader (a library "
-                "rebuilt the loader from loader.dataset, e.g. accelerate's skip_first_batches): its batches "
-                "would carry checkpoints that nobody commits. Iterate the StreamingDataLoader itself; to "
-                "resume, load its state_dict() instead of skipping batches"
-            )
-        self.iterations += 1
-        return self._items(self.iterations)
-
-    def _items(self, iteration: int) -> Iterator[Any]:
-        """The items of iteration ``iteration`` of this copy; a persistent worker first loads the
-        parent's snapshot (here, inside the generator, so a failure reaches the trainer)."""
-        if self.reseed is not None and iteration > 1 and get_worker_info() is not None:
-            fresh = _reseed.load(self.reseed, iteration)
-            link = LoaderLink(fresh)
-            link.keep_shared(self.link)
-            self.dataset, self.link = fresh, link
-        yield from self.link.items()
+        return self.link.items()
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -204,8 +153,6 @@ class _CommitIterator:
         num_workers: int,
         sync: Any = None,
         length: Callable[[], int] | None = None,
-        on_end: Callable[[bool], None] | None = None,
-        persistent: bool = False,
     ) -> None:
         self._inner = inner
         self._length = length
@@ -214,9 +161,6 @@ class _CommitIterator:
         self._num_workers = num_workers
         self._sync = sync
         self._done = False
-        self._on_end = on_end
-        self._persistent = persistent
-        self._superseded = False
 
     def __iter__(self) -> _CommitIterator:
         return self
@@ -227,11 +171,6 @@ class _CommitIterator:
         return self._length()
 
     def __next__(self) -> Any:
-        if self._superseded:
-            raise RuntimeError(
-                "this StreamingDataLoader iterator was closed by a newer iter(loader), set_epoch or "
-                "load_state_dict on its loader (one live iterator per loader)"
-            )
         if self._done:
             raise StopIteration
         try:
@@ -245,7 +184,7 @@ class _CommitIterator:
         if self._sync is not None and not _all_have(batch is not _END, self._sync):
             batch = _END  # another rank ran dry: this batch is neither returned nor committed
         if batch is _END:
-            self._finish(exhausted=True)
+            self._finish()
             raise StopIteration
         try:
             if not isinstance(batch, _Delivered):
@@ -257,14 +196,12 @@ class _CommitIterator:
             raise
         return batch.data
 
-    def _finish(self, exhausted: bool = False) -> None:
+    def _finish(self) -> None:
         self._done = True
         token, self._token = self._token, None
         if token is None:
             return
-        if self._on_end is not None:
-            self._on_end(exhausted)
-        shutdown = None if self._persistent else getattr(self._inner, "_shutdown_workers", None)
+        shutdown = getattr(self._inner, "_shutdown_workers", None)
         try:
             if shutdown is not None:
                 shutdown()
@@ -282,12 +219,6 @@ class _CommitIterator:
         """Stop the workers and release the dataset (also done at exhaustion and on garbage collection)."""
         self._finish()
 
-    def supersede(self) -> None:
-        """Its loader starts another iteration (or epoch, or loads a state): release the dataset
-        (persistent workers stay up: torch resets them for the next iteration)."""
-        self._superseded = not self._done
-        self._finish()
-
     def __del__(self) -> None:
         with contextlib.suppress(BaseException):
             self._finish()
@@ -302,17 +233,11 @@ class StreamingDataLoader(DataLoader[Any]):
     returns the batch, so ``dataset.state_dict()`` always describes exactly what
     the trainer received. Batches are the same as a plain ``DataLoader``'s.
 
-    ``state_dict()`` / ``load_state_dict()`` (the ``Stateful`` protocol of
-    torchdata, ``torch.distributed.checkpoint``, Lightning and accelerate) hold
-    the dataset's state and whether the epoch is finished, as one opaque entry
-    that any one rank may save. Iterating the loader again after a finished
-    epoch starts the next epoch; ``set_epoch`` chooses one.
-
     Differences from ``DataLoader``: ``dataset`` must be a
-    :class:`StreamingDataset`; ``in_order`` must stay ``True``; ``len(loader)``
-    counts the batches each worker really makes; ``drop_last=True`` drops each
-    worker's own short last batch (its rows are not delivered that epoch, so
-    which rows depends on ``num_workers``). With ``num_workers > 0`` and no
+    :class:`StreamingDataset`; ``in_order`` must stay ``True`` and
+    ``persistent_workers`` ``False`` (worker copies could not be reset from a
+    loaded checkpoint); ``drop_last`` is refused (dropped tails would depend on
+    the worker count). With ``num_workers > 0`` and no
     ``multiprocessing_context``, workers start from a fork server that preloads
     torch, NumPy and pyarrow but never LanceDB or lance (``"spawn"``
     where fork servers do not exist): plain fork is unsafe once LanceDB's
@@ -333,24 +258,22 @@ class StreamingDataLoader(DataLoader[Any]):
         ValueError: an unsupported option is set.
     """
 
-    _is_accelerate_prepared = True
-    """accelerate's ``prepare`` returns this loader as it is: it already reads this rank's splits
-    only, and accelerate's rebuilt loader would lose the checkpoints (see docs/INTEGRATIONS.md)."""
-
     def __init__(
         self, dataset: StreamingDataset, *args: Any, sync_epoch_end: Any = False, **kwargs: Any
     ) -> None:
         if not isinstance(dataset, StreamingDataset):
-            raise TypeError(
-                f"StreamingDataLoader requires a StreamingDataset, got {type(dataset).__name__}"
-            )
+            raise TypeError(f"StreamingDataLoader needs a StreamingDataset, got {type(dataset).__name__}")
         if type(dataset).__iter__ is not StreamingDataset.__iter__:
             raise TypeError(
-                "StreamingDataLoader does not support StreamingDataset subclasses that override __iter__: "
-                "they cannot provide exact per-batch checkpoints"
+                "StreamingDataLoader does not support StreamingDataset subclasses overriding __iter__"
             )
         if "in_order" in kwargs and kwargs["in_order"] is not True:
             raise ValueError("StreamingDataLoader needs in_order=True: checkpoints commit in delivery order")
+        if kwargs.get("persistent_workers", False):
+            raise ValueError(
+                "StreamingDataLoader does not support persistent_workers=True: worker copies could not be "
+                "reset from a loaded checkpoint"
+            )
         given = dict(zip(_POSITIONAL, args))
         workers = int(given.get("num_workers", kwargs.get("num_workers", 0)) or 0)
         if (
@@ -364,131 +287,29 @@ class StreamingDataLoader(DataLoader[Any]):
         self._sync = None if sync_epoch_end is False or sync_epoch_end is None else sync_epoch_end
         adapter = _Adapter(dataset)
         super().__init__(adapter, *args, **kwargs)
-        self._adapter = adapter
+        if self.drop_last:
+            raise ValueError(
+                "StreamingDataLoader does not support drop_last=True: the dropped tails would depend on the "
+                "number of workers"
+            )
         self._link = adapter.link
         self.collate_fn = _CommitCollate(self.collate_fn, adapter)
-        self._live: weakref.ref[_CommitIterator] | None = None
-        self._finished_at: int | None = None  # the dataset generation whose epoch ran out here
-        self._reseed: _reseed.Reseed | None = None
-        if self.persistent_workers and self.num_workers > 0:
-            self._reseed = _reseed.Reseed()
-            adapter.reseed = self._reseed.directory
 
     @property
     def streaming_dataset(self) -> StreamingDataset:
         """The dataset whose checkpoints this loader commits."""
         return self._streaming_dataset
 
-    # ------------------------------------------------------------ epochs
-
-    def _close_live(self) -> None:
-        """Close this loader's previous iterator, if it is still open."""
-        live = None if self._live is None else self._live()
-        self._live = None
-        if live is not None:
-            live.supersede()
-
-    def epoch_finished(self) -> bool:
-        """Whether the dataset's current epoch is fully delivered: this loader's iterator ran out,
-        or no worker has a batch left (the next iteration then starts the next epoch)."""
-        if self._finished_at == self._link.generation():
-            return True
-        left = self._link.remaining(self.num_workers)
-        return sum(self._batches(n) for n in left) == 0
-
-    def _batches(self, items: int) -> int:
-        if self.batch_size is None:
-            return items
-        return items // self.batch_size if self.drop_last else math.ceil(items / self.batch_size)
-
-    def _ended(self, exhausted: bool) -> None:
-        if exhausted:
-            self._finished_at = self._link.generation()
-
-    def set_epoch(self, epoch: int) -> None:
-        """Start epoch ``epoch`` of the dataset (closing this loader's open iterator first).
-
-        Raises:
-            TypeError: ``epoch`` is not an int.
-            ValueError: ``epoch`` is negative or the seed would overflow.
-            RuntimeError: another iterator over the dataset is active.
-        """
-        self._close_live()
-        self._link.set_epoch(epoch)
-
-    def __len__(self) -> int:
-        """Batches in a whole epoch: every worker batches its own share of this rank's items."""
-        return sum(self._batches(n) for n in self._link.epoch_items(self.num_workers))
-
-    # ------------------------------------------------------------ checkpoints
-
-    def state_dict(self) -> dict[str, Any]:
-        """The loader's checkpoint: ``{"elastic_loader": "<JSON>"}``, one opaque entry holding the
-        dataset's ``state_dict()`` and whether its epoch is finished.
-
-        Any one rank's entry resumes every rank (the dataset infers the other ranks' progress under
-        lockstep), so frameworks that keep one rank's copy, or one value per key, keep a whole
-        state. It never communicates with other ranks.
-
-        Raises:
-            RuntimeError: the dataset's ``state_dict()`` refuses (a failed batch, or a plain
-                ``DataLoader`` with workers iterated the dataset).
-        """
-        return _loaderstate.encode(self._link.state_dict(), self.epoch_finished())
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume from a ``state_dict()`` of a StreamingDataLoader (or of a StreamingDataset),
-        saved on any world size and number of workers; closes this loader's open iterator first.
-
-        Raises:
-            TypeError: ``state`` is not a dict.
-            ValueError: ``state`` is not a loader state of a known format, or the dataset's
-                ``load_state_dict`` refuses it.
-            RuntimeError: another iterator over the dataset is active.
-        """
-        dataset_state, finished = _loaderstate.decode(state)
-        self._close_live()
-        self._link.load_state_dict(dataset_state)
-        self._finished_at = self._link.generation() if finished else None
-
-    # ------------------------------------------------------------ iteration
-
     def __iter__(self) -> _CommitIterator:  # type: ignore[override]
-        self._close_live()
         link, workers = self._link, self.num_workers
         link.check_workers(workers)
-        if workers > 0:
-            context = self.multiprocessing_context
-            check_main_guard(None if context is None else context.get_start_method())
-        if self.epoch_finished():
-            logger.info("StreamingDataLoader: epoch %d is finished; starting epoch %d", *self._advance())
         token = link.acquire()
         try:
             link.open(workers, 1 if self.batch_size is None else self.batch_size)
-            if self._reseed is not None:
-                self._reseed.next_iteration(self._streaming_dataset)
-            self._adapter.active = True
-            try:
-                inner = super().__iter__()  # in-process: iterates the adapter; workers: pickle it
-            finally:
-                self._adapter.active = False
+            inner = super().__iter__()
         except BaseException:
             link.close()
             link.release(token)
             raise
-        it = _CommitIterator(
-            inner,
-            link,
-            token,
-            workers,
-            sync=self._sync,
-            length=self.__len__,
-            on_end=self._ended,
-            persistent=self._reseed is not None,
-        )
-        self._live = weakref.ref(it)
-        return it
-
-    def _advance(self) -> tuple[int, int]:
-        before = self._streaming_dataset.epoch
-        return before, self._link.next_epoch()
+        sync, length = self._sync, self.__len__
+        return _CommitIterator(inner, link, token, workers, sync=sync, length=length)

@@ -45,13 +45,20 @@ def implementations() -> list[Impl]:
 
     return [
         Impl("elastic-loader", ours.StreamingDataset, ours.StreamingDataLoader, ours.merge_state_dicts),
-        Impl("lancedb.streaming", ref.StreamingDataset, ref.StreamingDataLoader, ref.StreamingDataset.merge_state_dicts),
+        Impl(
+            "lancedb.streaming",
+            ref.StreamingDataset,
+            ref.StreamingDataLoader,
+            ref.StreamingDataset.merge_state_dicts,
+        ),
     ]
 
 
 def make_table(root: str, name: str) -> Any:
     tokens = [[i * 10 + k for k in range(1 + i % 5)] for i in range(ROWS)]
-    data = pa.table({"id": pa.array(range(ROWS), pa.int64()), "tokens": pa.array(tokens, pa.list_(pa.int64()))})
+    data = pa.table(
+        {"id": pa.array(range(ROWS), pa.int64()), "tokens": pa.array(tokens, pa.list_(pa.int64()))}
+    )
     return lancedb.connect(root).create_table(name, data, mode="overwrite")
 
 
@@ -70,7 +77,13 @@ class Job:
     def dataset(self, rank: int, world_size: int) -> Any:
         extra = PACKING if self.packed else {"columns": ["id"]}
         return self.impl.dataset(
-            self.table, num_splits=SPLITS, shuffle_seed=5, rank=rank, world_size=world_size, **extra, **self.kwargs
+            self.table,
+            num_splits=SPLITS,
+            shuffle_seed=5,
+            rank=rank,
+            world_size=world_size,
+            **extra,
+            **self.kwargs,
         )
 
     def take(self, ds: Any, batches: int, batch: int = 4, workers: int = 0) -> list[Any]:
@@ -100,7 +113,9 @@ def outcome(job: Job, delivered: list[Any], want: Counter[Any] | None = None) ->
     return "exact" if repeated == lost == 0 else f"{repeated} repeated, {lost} lost"
 
 
-def session(job: Job, start: dict[str, Any] | None, world_size: int, batches: int, workers: int = 0) -> tuple[list[Any], list[Any]]:
+def session(
+    job: Job, start: dict[str, Any] | None, world_size: int, batches: int, workers: int = 0
+) -> tuple[list[Any], list[Any]]:
     """Every rank loads ``start`` and takes ``batches`` batches; the ranks' datasets are returned."""
     delivered, ranks = [], []
     for r in range(world_size):
@@ -172,7 +187,11 @@ def readme_snippet(job: Job) -> str:
 
 
 SCENARIOS: list[tuple[str, bool, Callable[[Job], str]]] = [
-    ("2 ranks in lockstep, rank 0 alone saves `ds.state_dict()`, both ranks load it", False, lambda j: chain(j, [2, 2])),
+    (
+        "2 ranks in lockstep, rank 0 alone saves `ds.state_dict()`, both ranks load it",
+        False,
+        lambda j: chain(j, [2, 2]),
+    ),
     ("the same with 2 DataLoader workers per rank", False, lambda j: chain(j, [2, 2], workers=2)),
     ("chain 2 -> 2 -> 2 (rank 0 saves each time)", False, lambda j: chain(j, [2, 2, 2])),
     ("chain 2 -> 4 -> 1", False, lambda j: chain(j, [2, 4, 1])),

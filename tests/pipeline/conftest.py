@@ -23,6 +23,7 @@ import pyarrow as pa
 import pytest
 from lancedb.permutation import permutation_builder
 
+from elastic_loader._pipeline import _fetch, _packing, _rows
 from elastic_loader.spec.packing import PackBuffer, PackedState
 
 TOKEN_BASE = 1000
@@ -168,3 +169,15 @@ def spec_packed_state(checkpoint: dict[str, Any]) -> PackedState:
 def packed_state_of() -> Callable[[dict[str, Any]], PackedState]:
     """:func:`spec_packed_state` as a fixture."""
     return spec_packed_state
+
+
+@pytest.fixture(params=["default", "tiny"])
+def units(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """``tiny``: reads of at most 8 rows and chunks of one or two cycles, so that an epoch of the
+    small test tables crosses many unit and chunk boundaries (by default it is one of each)."""
+    if request.param == "tiny":
+        monkeypatch.setattr(_fetch, "FIRST_UNIT_ROWS", 1)
+        monkeypatch.setattr(_fetch, "MAX_UNIT_ROWS", 8)
+        monkeypatch.setattr(_packing, "MAX_CHUNK_CYCLES", 1)
+        monkeypatch.setattr(_rows, "MAX_CHUNK_CYCLES", 2)
+    return str(request.param)

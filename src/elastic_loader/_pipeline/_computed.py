@@ -7,7 +7,7 @@ the table: an instance holds its four parameters and eight round keys, and
 pickles as the four parameters. Cycle-walking re-applies the network only to
 the elements still outside [0, N). Reading by storage position uses Lance's
 ``take``, whose indices count the live rows of a pinned dataset version in
-fragment order (tests/pipeline/test_pipe_computed.py checks this, deletions
+fragment order (tests/pipeline/reading/test_pipe_computed.py checks this, deletions
 included). This module never imports the spec.
 """
 

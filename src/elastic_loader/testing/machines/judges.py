@@ -38,7 +38,7 @@ from .sessions import Recorded, Session, Slot, lineage
 NOT_CHECKED: Mapping[str, str] = {
     "SplitSizeInv": "a property of the storage backend's permutation, which implementation and spec share",
     "ComputedBijectionInv": "a property of the opt-in computed permutation, which StreamingDataset "
-    "does not read yet; tests/pipeline/test_pipe_computed.py compares the pipeline's with the spec's",
+    "does not read yet; tests/pipeline/reading/test_pipe_computed.py compares the pipeline's with the spec's",
     **{
         name: "a save-protocol invariant: the machines' protocol rules are being written"
         for name in (

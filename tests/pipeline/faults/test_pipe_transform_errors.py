@@ -436,3 +436,77 @@ def test_packing_raises_a_uint64_token_beyond_int64_at_its_turn(uint64_table: An
             got.append(block)
     assert got, "the error should come after the blocks that do not need document 11"
     assert [tuple(b["input_ids"].tolist()) for b in got] == [b.input_ids for b in model.blocks]
+
+
+class NotRowWise:
+    """Fails on any batch of more than one row; every row alone passes (returns its ``id``)."""
+
+    def __call__(self, batch: pa.RecordBatch) -> list[int]:
+        if batch.num_rows > 1:
+            raise LookupError(f"a batch of {batch.num_rows} rows")
+        return list(batch.column("id").to_pylist())
+
+
+def test_a_transform_that_is_not_row_wise_raises_at_the_first_row_of_its_batch(
+    multi_table: Any, perm_of: Any
+) -> None:
+    """Origin: written to kill a surviving mutant (docs/MUTATION.md)."""
+    ds = StreamingDataset(multi_table, num_splits=1, shuffle=False, read_batch_size=8, transform=NotRowWise())
+    got: list[int] = []
+    with pytest.raises(LookupError, match="a batch of 8 rows"):
+        for value in ds:
+            got.append(value)
+    assert got == []
+
+
+class SaysWhichBatch:
+    """Row-wise: raises for ``bad`` ids; the message names the size of the batch it was given."""
+
+    def __init__(self, bad: set[int]) -> None:
+        self.bad = bad
+
+    def __call__(self, batch: pa.RecordBatch) -> list[int]:
+        ids = batch.column("id").to_pylist()
+        for i in ids:
+            if i in self.bad:
+                raise KeyError(f"row {i} in a batch of {len(ids)}")
+        return list(ids)
+
+
+@pytest.mark.parametrize("position", [0, 3])
+def test_a_failing_row_raises_its_own_error(multi_table: Any, perm_of: Any, position: int) -> None:
+    """The error re-raised is the one the row raises alone, also when it is the first row of its batch.
+
+    Origin: written to kill a surviving mutant (docs/MUTATION.md).
+    """
+    (split,) = perm_of(multi_table, num_splits=1, shuffle=False)
+    bad = split[8 + position]  # read batches of 8: the first or the fourth row of the second batch
+    ds = StreamingDataset(
+        multi_table, num_splits=1, shuffle=False, read_batch_size=8, transform=SaysWhichBatch({bad})
+    )
+    got: list[int] = []
+    with pytest.raises(KeyError, match=f"row {bad} in a batch of 1"):
+        for value in ds:
+            got.append(value)
+    assert got == split[: 8 + position]
+
+
+def test_warn_mode_logs_the_first_error_of_a_batch(
+    multi_table: Any, perm_of: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Origin: written to kill a surviving mutant (docs/MUTATION.md)."""
+    (split,) = perm_of(multi_table, num_splits=1, shuffle=False)
+    bad = {split[2], split[5]}
+    ds = StreamingDataset(
+        multi_table,
+        num_splits=1,
+        shuffle=False,
+        read_batch_size=8,
+        transform=SaysWhichBatch(bad),
+        on_transform_error="warn",
+    )
+    with caplog.at_level(logging.WARNING, logger="elastic_loader"):
+        got = list(itertools.islice(ds, 10))
+    assert got == [i for i in split if i not in bad][:10]
+    messages = [r.getMessage() for r in caplog.records if r.name == "elastic_loader"]
+    assert any(f"row {split[2]} in a batch of 1" in m and "2 of 8" in m for m in messages), messages

@@ -1,6 +1,6 @@
 """Observability (D11, B5, B6): exact counters, zero gauges when idle, thread-safe snapshots.
 
-Worker processes (counters summed over workers) are covered in test_pipe_loader.py.
+Worker processes (counters summed over workers) are covered in loader/test_pipe_loader.py.
 """
 
 from __future__ import annotations
@@ -9,6 +9,8 @@ import itertools
 import threading
 import time
 from typing import Any
+
+from lancedb.streaming import StreamingDataset as Reference
 
 from elastic_loader import Statistics, StreamingDataset
 
@@ -139,3 +141,39 @@ def test_statistics_from_another_thread_while_iterating_b6(big_table: Any, multi
             values = [getattr(s, name) for s in snapshots]
             assert values == sorted(values), name
         assert gauges(ds) == IDLE
+
+
+def test_unscanned_rows_after_a_resume(small_table: Any) -> None:
+    """Resumed at positions (3, 5) of two 12-row splits: the first read requests the 16 rows left.
+
+    Origin: written to kill a surviving mutant (docs/MUTATION.md).
+    """
+    ds = StreamingDataset(small_table, num_splits=2)
+    ds.load_state_dict(
+        {
+            "shuffle_seed": 0,
+            "num_splits": 2,
+            "epoch": 0,
+            "samples_consumed_per_split": [3, 5],
+            "positions_consumed_per_split": [3, 5],
+        }
+    )
+    it: Any = iter(ds)  # a generator: closed below
+    next(it)
+    assert ds.statistics().unscanned_rows == 0
+    it.close()
+    assert ds.statistics().unscanned_rows == 0
+
+
+def test_prefetch_queue_depth_counts_rows_waiting_to_be_yielded(multi_table: Any) -> None:
+    """All 200 rows fit the first read: after one row, 199 transformed rows wait to be yielded.
+
+    Origin: regression test of a bug the behavioural suite found, now fixed.
+    """
+    for cls in (StreamingDataset, Reference):
+        ds = cls(multi_table, num_splits=1, read_batch_size=1000)
+        it = iter(ds)
+        next(it)
+        assert ds.prefetch_queue_depth == 199, cls
+        assert ds.raw_queue_depth == 0 and ds.unscanned_rows == 0
+        it.close()

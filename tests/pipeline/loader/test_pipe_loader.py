@@ -446,3 +446,15 @@ def test_two_workers_resume_mid_round_continues_the_batch_sequence(
     resumed = StreamingDataset(multi_table, **kwargs)
     resumed.load_state_dict(state)
     assert batches(StreamingDataLoader(resumed, batch_size=3, num_workers=2)) == whole[taken:]
+
+
+def test_len_of_a_streaming_dataloader(multi_table: Any) -> None:
+    """Origin: regression test of a bug the behavioural suite found, now fixed."""
+    from elastic_loader import StreamingDataLoader
+
+    ds = StreamingDataset(multi_table, num_splits=4, columns=["id"])
+    loader = StreamingDataLoader(ds, batch_size=3)
+    assert len(loader) == -(-len(ds) // 3) == 67
+    it = iter(loader)
+    assert len(it) == 67
+    it.close()

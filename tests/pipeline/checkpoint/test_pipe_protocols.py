@@ -268,7 +268,7 @@ def test_a_buffer_token_beyond_int64_is_refused_at_load(table: Any) -> None:
     list(itertools.islice(iter(ds), 5))
     state = ds.state_dict()
     del state["elastic_loader"]
-    split, buffer = next(iter(state["pack_buffers"].items()))
+    _split, buffer = next(iter(state["pack_buffers"].items()))
     buffer["tokens"] = [2**63, *buffer["tokens"]]
     buffer["starts"] = [s + 1 for s in buffer["starts"]]
     with pytest.raises(ValueError, match="int64"):

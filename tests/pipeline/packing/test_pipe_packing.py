@@ -1,11 +1,13 @@
-"""Packing tests written for mutants of ``_pipeline/_packing.py`` that the rest of the suite let live.
+"""Packing on real tables (``_pipeline/_packing.py``): blocks, states and counters against the spec.
 
-See docs/MUTATION.md. The main corpus here is made of short documents whose length plus EOS
-often equals the block length, so blocks and leftovers begin exactly at a document start (the
-boundary cases of the buffer's ``starts``); states are compared with the executable spec after
-every step, over reads of one row to whole splits and chunks of one cycle to whole epochs. A
-second corpus of long documents (hundreds of tokens, some null) takes the stream's one-slice-per-
-document copy path, which short documents never reach.
+The main corpus here is made of short documents whose length plus EOS often equals the block
+length, so blocks and leftovers begin exactly at a document start (the boundary cases of the
+buffer's ``starts``); states are compared with the executable spec after every step, over reads of
+one row to whole splits and chunks of one cycle to whole epochs. A second corpus of long documents
+(hundreds of tokens, some null) takes the stream's one-slice-per-document copy path, which short
+documents never reach. The multi-fragment table checks states at every step boundary inside a
+chunk and the document counters from chunk to chunk. Origin: most were written to kill surviving
+mutants of ``_packing`` (docs/MUTATION.md).
 """
 
 from __future__ import annotations
@@ -17,11 +19,16 @@ import time
 from typing import Any
 
 import lancedb
+import numpy as np
 import pyarrow as pa
 import pytest
+import torch
+from lancedb.streaming import StreamingDataset as Reference
 
 from elastic_loader import StreamingDataset
 from elastic_loader._pipeline import _fetch, _packing
+from elastic_loader._pipeline._packing import PackCursor, SplitStream, emit_cycles
+from elastic_loader._pipeline._stats import Counters
 from elastic_loader.spec import Faults, PackingConfig, iterate_packed
 from elastic_loader.spec.packing import PackBuffer, PackedState
 from elastic_loader.spec.rows import Raised
@@ -379,3 +386,149 @@ def test_long_documents_pack_as_the_spec_packs_them(
             assert packed_state_of(ds.state_dict()) == model.state_after(k + 1), k
     assert list(it) == []
     assert ds.statistics().rows_skipped == len(skipped)
+
+
+def corpus_of(table: Any) -> dict[int, tuple[int, ...]]:
+    data = table.to_arrow()
+    return {
+        i: () if t is None or None in t else tuple(t)
+        for i, t in zip(data.column("id").to_pylist(), data.column("tokens").to_pylist())
+    }
+
+
+def block_key(block: dict[str, Any]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    return tuple(block["input_ids"].tolist()), tuple(block["doc_ids"].tolist())
+
+
+PACKED_CASES = [
+    # (num_splits, world_size, rank, pack_sequences, blocks_per_epoch, read_batch_size)
+    (1, 1, 0, 4, 30, 3),
+    (2, 1, 0, 3, 40, 4),
+    (4, 2, 1, 5, 48, 7),
+    (3, 1, 0, 6, 60, 64),
+    (2, 2, 0, 2, 50, 1),
+]
+
+
+@pytest.mark.parametrize(("s", "w", "r", "length", "budget", "batch"), PACKED_CASES)
+def test_packed_state_at_every_step_matches_the_spec(
+    multi_table: Any,
+    perm_of: Any,
+    packed_state_of: Any,
+    units: str,
+    s: int,
+    w: int,
+    r: int,
+    length: int,
+    budget: int,
+    batch: int,
+) -> None:
+    """Checkpoints taken between steps inside a chunk (buffers, document starts at offset 0, counts).
+
+    Origin: written to kill a surviving mutant (docs/MUTATION.md).
+    """
+    perm = tuple(tuple(split) for split in perm_of(multi_table, num_splits=s))
+    owned = tuple(range(r * s // w, (r + 1) * s // w))
+    config = PackingConfig(length, EOS, PAD, budget)
+    model = iterate_packed(
+        perm, corpus_of(multi_table), Faults(), owned, config, PackedState((0,) * s, (0,) * s)
+    )
+    ds = StreamingDataset(
+        multi_table,
+        num_splits=s,
+        world_size=w,
+        rank=r,
+        columns=["tokens"],
+        pack_sequences=length,
+        eos_id=EOS,
+        pad_id=PAD,
+        blocks_per_epoch=budget,
+        read_batch_size=batch,
+    )
+    it = iter(ds)
+    for k, expected in enumerate(model.blocks):
+        if k % len(owned) == 0:
+            assert packed_state_of(ds.state_dict()) == model.state_after(k), k
+        block = next(it)
+        assert block_key(block) == (expected.input_ids, expected.doc_ids), k
+        assert block["input_ids"].dtype == block["doc_ids"].dtype == torch.int64
+    assert list(it) == []
+    assert packed_state_of(ds.state_dict()) == model.state_after(len(model.blocks))
+
+
+def test_a_packed_chunk_reports_the_old_progress_until_its_first_block() -> None:
+    """Between cutting a chunk and handing out its first block, progress is what it was before.
+
+    Origin: written to kill a surviving mutant (docs/MUTATION.md).
+    """
+    streams = [SplitStream([7, 8], [0], consumed=3, emitted=2), SplitStream([], [], consumed=1, emitted=2)]
+    for i, stream in enumerate(streams):
+        lengths = np.array([2, 0, 3], dtype=np.int64)
+        values = np.arange(10 * i, 10 * i + int(lengths.sum()), dtype=np.int64)
+        starts = np.cumsum(lengths) - lengths
+        stream.append(values, starts, lengths, np.array([5, 6, 8], dtype=np.int64), EOS)
+    progress = PackCursor(streams)
+    before = progress.current()
+    assert before == [(3, 2, [7, 8], [0]), (1, 2, [], [])]
+    records = [emit_cycles(stream, 2, 3, PAD)[2] for stream in streams]
+    progress.begin(records, 3)
+    assert progress.current() == before
+    # Block 0 of cycle 0 is out: every split's first fill shows (as in the reference), and split 0
+    # emitted [7, 8, 0]. Split 0 pulled document 5 (tokens 0, 1 and EOS), split 1 document 5
+    # (tokens 10, 11 and EOS); neither needed the empty document 6.
+    progress.cursor = 1
+    after_one = [(6, 3, [1, EOS], []), (6, 2, [10, 11, EOS], [0])]
+    assert progress.current() == after_one
+    progress.end(False, Counters())  # left early: that progress is final
+    assert progress.current() == after_one
+
+
+def test_packed_counters_across_chunks(multi_table: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With one cycle per chunk, the document counters stay exact from chunk to chunk.
+
+    The first read holds the whole table (200 documents), so at every step the documents
+    waiting (``prefetch_queue_depth``) and those pulled (``consumed_rows``) add up to 200.
+
+    Origin: written to kill a surviving mutant (docs/MUTATION.md).
+    """
+    monkeypatch.setattr(_packing, "MAX_CHUNK_CYCLES", 1)
+    ds = StreamingDataset(
+        multi_table,
+        num_splits=2,
+        columns=["tokens"],
+        pack_sequences=3,
+        eos_id=EOS,
+        pad_id=PAD,
+        blocks_per_epoch=100,
+    )
+    it: Any = iter(ds)  # a generator: closed below
+    for step in range(1, 40):
+        list(itertools.islice(it, 2))
+        state: dict[str, Any] = ds.state_dict()
+        pulled = sum(state["samples_consumed_per_split"])
+        stats = ds.statistics()
+        assert stats.consumed_rows == stats.rows_delivered == pulled, step
+        assert stats.prefetch_queue_depth + stats.consumed_rows == 200, step
+    it.close()
+
+
+def test_packed_consumed_rows_counts_pulled_documents(multi_table: Any) -> None:
+    """Origin: regression test of a bug the behavioural suite found, now fixed."""
+    kwargs = {
+        "columns": ["tokens"],
+        "pack_sequences": 6,
+        "eos_id": 1,
+        "pad_id": 0,
+        "num_splits": 2,
+        "blocks_per_epoch": 200,
+    }
+    ours, ref = StreamingDataset(multi_table, **kwargs), Reference(multi_table, **kwargs)
+    our_it, ref_it = iter(ours), iter(ref)
+    for step in range(1, 8):
+        list(itertools.islice(our_it, 2))
+        list(itertools.islice(ref_it, 2))
+        pulled = sum(ours.state_dict()["samples_consumed_per_split"])
+        assert ours.consumed_rows == ref.consumed_rows == pulled, step
+        assert ours.statistics().rows_delivered == pulled, step
+    our_it.close()
+    assert ours.statistics().rows_delivered == pulled

@@ -4,7 +4,7 @@ A packed pipeline reads each unit's rows sorted by row id (``Unit.where`` maps t
 copies every document, followed by EOS, into its split's stream in one of two ways: one slice
 per document when documents are long, one vectorized index pass when they are short. Both ways
 are checked here against a plain Python construction; whole epochs of long documents (the slice
-path) are compared with the executable spec in test_pipe_mut_packing.py.
+path) are compared with the executable spec in packing/test_pipe_packing.py.
 """
 
 from __future__ import annotations

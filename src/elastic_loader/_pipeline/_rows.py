@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import torch
 
 from ._faults import OnError, forgiving, isolate
 from ._fetch import Pipeline, Stage, StageError, Unit
@@ -65,12 +66,27 @@ def make_row_stage(
 
     def rows_of(batch: pa.RecordBatch, expected: int) -> list[Any]:
         t0 = time.perf_counter_ns()
-        out = batch.to_pylist() if transform is None else transform(batch)
+        try:
+            out = batch.to_pylist() if transform is None else transform(batch)
+        except StopIteration as exc:  # an Exception, but it would end the consumer's loop unseen
+            raise StageError(
+                RuntimeError(
+                    "transform raised StopIteration; it is an error in every on_transform_error mode "
+                    "(raise another exception to drop a row)"
+                )
+            ) from exc
         elapsed = time.perf_counter_ns() - t0
         problem = _rejected_output(out)
         if problem is not None:
             raise StageError(
                 TypeError(f"transform returned {problem}; return one item per input row, e.g. a list")
+            )
+        if not isinstance(out, list) and not hasattr(out, "__iter__"):
+            raise StageError(
+                TypeError(
+                    f"transform returned {type(out).__name__}, not one item per input row; return a list "
+                    "(the skip modes drop rows whose transform raised, nothing else)"
+                )
             )
         rows = out if isinstance(out, list) else list(out)
         if len(rows) != expected:
@@ -116,17 +132,48 @@ def make_row_stage(
     return Stage(run, combine, None if transform is None else read_batch_size)
 
 
+def value_bytes(value: object, depth: int = 0) -> int:
+    """The payload bytes of one transformed row: buffers, strings, arrays and tensors, through
+    dicts, lists and tuples (two levels); anything else counts 0 (its Arrow size stands)."""
+    if isinstance(value, (bytes, bytearray, str)):
+        return len(value)
+    if isinstance(value, memoryview):
+        return value.nbytes
+    if isinstance(value, np.ndarray):
+        return int(value.nbytes)
+    if isinstance(value, torch.Tensor):
+        return int(value.numel() * value.element_size())
+    if depth >= 2:
+        return 0
+    if isinstance(value, Mapping):
+        return sum(value_bytes(v, depth + 1) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(value_bytes(v, depth + 1) for v in value)
+    return 0
+
+
+def sampled_bytes(values: list[Any]) -> float:
+    """Mean :func:`value_bytes` of the first, middle and last of ``values`` that are not ``None``
+    (the place of a skipped row); 0 when there is none."""
+    picks = [values[k] for k in sorted({0, len(values) // 2, len(values) - 1}) if values]
+    sizes = [value_bytes(v) for v in picks if v is not None]
+    return sum(sizes) / len(sizes) if sizes else 0.0
+
+
 class RowFeed:
     """Ready rows of every owned split, fed from the pipeline's units in order.
 
-    Bytes: a row weighs its unit's Arrow bytes per row; ``held_bytes`` is the
-    weight of the ready rows plus the rows taken for the chunk being yielded
-    (``out_bytes``, released when the chunk ends).
+    Bytes: a row weighs the larger of its unit's Arrow bytes per row and the
+    measured size of the unit's transformed values (:func:`value_bytes`, on up
+    to three sampled rows); ``held_bytes`` is the weight of the ready rows plus
+    the rows taken for the chunk being yielded (``out_bytes``, released when
+    the chunk ends).
     """
 
     def __init__(self, n: int) -> None:
         self.values: list[list[Any]] = [[] for _ in range(n)]
         self.positions: list[list[int]] = [[] for _ in range(n)]
+        self.read = [0] * n
         self.error: list[BaseException | None] = [None] * n
         """Per split: the error of its first failing row; nothing after it is kept."""
         self._weights: list[deque[list[float]]] = [deque() for _ in range(n)]
@@ -139,16 +186,22 @@ class RowFeed:
         return int(self.ready_bytes + self.out_bytes)
 
     def ready(self, i: int) -> int:
-        return len(self.values[i])
+        return len(self.values[i]) - self.read[i]
 
     def take(self, i: int, k: int) -> tuple[list[Any], list[int], float]:
         """The next ``k`` ready rows of split ``i``: values, positions, and their bytes."""
-        vals, pos = self.values[i][:k], self.positions[i][:k]
-        # taken rows leave the queue at once: a row the consumer dropped is never kept alive here
-        del self.values[i][:k]
-        del self.positions[i][:k]
-        weight = self._release(i, len(vals))
-        return vals, pos, weight
+        r = self.read[i]
+        vals, pos = self.values[i][r : r + k], self.positions[i][r : r + k]
+        # taken slots are cleared at once (a row the consumer dropped is not kept alive here);
+        # the list itself is compacted lazily, so taking one row at a time stays O(1)
+        self.values[i][r : r + len(vals)] = [None] * len(vals)
+        r += len(vals)
+        if r > 4096 and r * 2 > len(self.values[i]):
+            del self.values[i][:r]
+            del self.positions[i][:r]
+            r = 0
+        self.read[i] = r
+        return vals, pos, self._release(i, len(vals))
 
     def _release(self, i: int, k: int) -> float:
         """Drop the weights of split ``i``'s ``k`` oldest ready rows; their bytes."""
@@ -171,7 +224,7 @@ class RowFeed:
 
     def distribute(self, unit: Unit, payload: RowPayload, counters: Counters) -> None:
         values, skipped, errors = payload.values, payload.skipped, payload.errors
-        per_row = unit.nbytes / max(1, unit.rows)
+        per_row = max((unit.nbytes or 0) / max(1, unit.rows), sampled_bytes(values))
         added = 0
         for seg in unit.segments:
             i, first, count, off = seg.split, seg.first, seg.count, seg.offset

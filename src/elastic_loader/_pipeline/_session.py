@@ -92,6 +92,7 @@ class Session:
             read_ahead_bytes=settings.read_ahead_bytes,
             buffered=buffered,
             read_timeout=settings.read_timeout,
+            row_bytes_hint=settings.row_bytes_hint,
         )
         return self.pipeline
 

@@ -148,9 +148,8 @@ def check_parameters(
         "every split needs at least one row",
     )
     timeout = DEFAULT_READ_TIMEOUT if p["read_timeout"] is None else float(cast(float, p["read_timeout"]))
-    return Checked(
-        num_splits, io_queue_depth, p["shuffle_seed"] is None, budget, None if timeout == math.inf else timeout
-    )
+    seconds = None if timeout == math.inf else timeout
+    return Checked(num_splits, io_queue_depth, p["shuffle_seed"] is None, budget, seconds)
 
 
 def _check_ranges(p: dict[str, object]) -> None:
@@ -170,7 +169,7 @@ def _check_ranges(p: dict[str, object]) -> None:
         )
     info = p["worker_info_override"]
     if info is not None:
-        workers, worker = getattr(info, "num_workers"), getattr(info, "id")
+        workers, worker = info.num_workers, info.id
         _need(
             1 <= workers <= INT64_MAX and 0 <= worker < workers,
             f"worker_info_override needs 0 <= id < num_workers, got id={worker}, num_workers={workers}",

@@ -157,7 +157,7 @@ def _worker_info_ok(value: object) -> bool:
         return True
     if not (hasattr(value, "id") and hasattr(value, "num_workers")):
         return False
-    return _is_int(getattr(value, "id")) and _is_int(getattr(value, "num_workers"))
+    return _is_int(value.id) and _is_int(value.num_workers)
 
 
 # (name, predicate, description) for every non-integer parameter.
@@ -212,7 +212,7 @@ def _check_ranges(p: Params) -> None:
         )
     info = p.worker_info_override
     if info is not None:
-        workers, worker = getattr(info, "num_workers"), getattr(info, "id")
+        workers, worker = info.num_workers, info.id
         require(
             1 <= workers <= INT64_MAX and 0 <= worker < workers,
             "worker_info_override_out_of_range",

@@ -39,7 +39,8 @@ def spec_class(rows: int, kwargs: dict[str, Any]) -> type[Exception] | None:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            spec_params.validate_params(spec_params.Params(**kwargs), spec_params.TableFacts(COLUMN_KINDS, rows))
+            facts = spec_params.TableFacts(COLUMN_KINDS, rows)
+            spec_params.validate_params(spec_params.Params(**kwargs), facts)
     except SpecError as exc:
         return TypeError if isinstance(exc, TypeError) else ValueError
     return None
@@ -151,7 +152,8 @@ def test_only_true_pickles_storage_credentials(monkeypatch: pytest.MonkeyPatch, 
     """``pickle_storage_credentials=True`` keeps secret storage options; False and None drop them."""
     secret = "aws-secret-elastic-loader-hardening"
     conn = multi_table._conn
-    monkeypatch.setattr(conn, "storage_options", {"aws_secret_access_key": secret, "region": "x"}, raising=False)
+    options = {"aws_secret_access_key": secret, "region": "x"}
+    monkeypatch.setattr(conn, "storage_options", options, raising=False)
     kept = pickle.dumps(StreamingDataset(multi_table, num_splits=4, pickle_storage_credentials=True))
     assert secret.encode() in kept
     for value in (False, None):
@@ -161,7 +163,9 @@ def test_only_true_pickles_storage_credentials(monkeypatch: pytest.MonkeyPatch, 
 
 def test_every_fuzzed_kwarg_set_agrees_with_the_spec_class(multi_table: Any) -> None:
     """A sweep of hostile values for every keyword: the same class as the spec, never another one."""
-    hostile: tuple[object, ...] = (-1, 0, 2**31, 2**63, 2**64, 1.5, math.inf, math.nan, "1", True, None, [], object())
+    hostile: tuple[object, ...] = (
+        -1, 0, 2**31, 2**63, 2**64, 1.5, math.inf, math.nan, "1", True, None, [], object()
+    )
     names = [f.name for f in spec_params.Params.__dataclass_fields__.values()]
     for name in names:
         for value in hostile:
@@ -170,8 +174,7 @@ def test_every_fuzzed_kwarg_set_agrees_with_the_spec_class(multi_table: Any) -> 
                 expected = spec_class(200, kwargs)
                 if expected is None:
                     continue  # accepted: iteration of accepted sets is the fuzz suite's (tests/fuzz)
-                with pytest.raises(expected) as info:
-                    with warnings.catch_warnings():
-                        warnings.simplefilter("ignore")
-                        StreamingDataset(multi_table, **kwargs)
+                with pytest.raises(expected) as info, warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    StreamingDataset(multi_table, **kwargs)
                 assert type(info.value) is expected, (name, value, info.value)

@@ -428,7 +428,7 @@ class Pipeline:
         try:
             payload = unit.future.result()
         except StageError as exc:
-            raise exc.error from None
+            raise exc.error from exc.error.__cause__  # the wrapped error as it was
         finally:
             for s in unit.segments:
                 self.inflight[s.split] -= s.count

@@ -69,12 +69,12 @@ def make_row_stage(
         try:
             out = batch.to_pylist() if transform is None else transform(batch)
         except StopIteration as exc:  # an Exception, but it would end the consumer's loop unseen
-            raise StageError(
-                RuntimeError(
-                    "transform raised StopIteration; it is an error in every on_transform_error mode "
-                    "(raise another exception to drop a row)"
-                )
-            ) from exc
+            error = RuntimeError(
+                "transform raised StopIteration; it is an error in every on_transform_error mode "
+                "(raise another exception to drop a row)"
+            )
+            error.__cause__ = exc
+            raise StageError(error) from exc
         elapsed = time.perf_counter_ns() - t0
         problem = _rejected_output(out)
         if problem is not None:

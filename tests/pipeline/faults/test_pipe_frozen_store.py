@@ -82,7 +82,11 @@ def frozen_table(s3_server: tuple[subprocess.Popen[bytes], str], monkeypatch: py
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     client = boto3.client(
-        "s3", endpoint_url=endpoint, aws_access_key_id=KEY_ID, aws_secret_access_key=SECRET, region_name="us-east-1"
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id=KEY_ID,
+        aws_secret_access_key=SECRET,
+        region_name="us-east-1",
     )
     client.create_bucket(Bucket=BUCKET)
     db = lancedb.connect(f"s3://{BUCKET}/db")

@@ -178,7 +178,8 @@ def _everyone_reads(path: str | os.PathLike[str], group: Any) -> Any:
     except Exception as exc:
         error = exc
     statuses: list[str | None] = [None] * dist.get_world_size(group)
-    dist.all_gather_object(statuses, None if error is None else f"{type(error).__name__}: {error}", group=group)
+    mine = None if error is None else f"{type(error).__name__}: {error}"
+    dist.all_gather_object(statuses, mine, group=group)
     if error is not None:
         raise error
     failed = [f"rank {rank}: {text}" for rank, text in enumerate(statuses) if text is not None]

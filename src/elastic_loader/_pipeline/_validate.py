@@ -15,7 +15,7 @@ import math
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 from ._lance import EPOCH_PRIME
 
@@ -167,7 +167,7 @@ def _check_ranges(p: dict[str, object]) -> None:
             0 < timeout <= MAX_READ_TIMEOUT or timeout == math.inf,
             f"read_timeout must be > 0 and <= {MAX_READ_TIMEOUT} seconds (or math.inf), got {timeout}",
         )
-    info = p["worker_info_override"]
+    info: Any = p["worker_info_override"]
     if info is not None:
         workers, worker = info.num_workers, info.id
         _need(

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from .errors import SpecTypeError, SpecValueError, require
 
@@ -210,7 +210,7 @@ def _check_ranges(p: Params) -> None:
             "read_timeout_out_of_range",
             f"read_timeout must be > 0 and <= {MAX_READ_TIMEOUT} seconds (or math.inf), got {timeout}",
         )
-    info = p.worker_info_override
+    info: Any = p.worker_info_override
     if info is not None:
         workers, worker = info.num_workers, info.id
         require(

@@ -118,8 +118,9 @@ class StreamingDataset(IterableDataset[Any]):
             environment or ``connection_factory``. Must be a bool.
         read_ahead_bytes: byte budget of the rows (packing: tokens) one
             iterator (one rank, or one DataLoader worker) reads and transforms
-            ahead of its consumer; ``None``: 256 MiB. Rows are weighed by their
-            Arrow size. A block (``pack_sequences * 16`` bytes) must fit in it.
+            ahead of its consumer; ``None``: 256 MiB. A row weighs the larger of
+            its Arrow size and its transformed value's (docs/PIPELINE.md). A
+            block (``pack_sequences * 16`` bytes) must fit in it.
         read_timeout: seconds a storage read may make no progress before the
             iterator raises ``TimeoutError`` naming the table; ``None``: 300,
             ``math.inf``: never.

@@ -89,7 +89,16 @@ def frozen_table(s3_server: tuple[subprocess.Popen[bytes], str], monkeypatch: py
         region_name="us-east-1",
     )
     client.create_bucket(Bucket=BUCKET)
-    db = lancedb.connect(f"s3://{BUCKET}/db")
+    # explicit storage options: a fork server started by an earlier test does not have this
+    # environment, so the worker gets them pickled (pickle_storage_credentials=True)
+    options = {
+        "aws_endpoint": endpoint,
+        "aws_region": "us-east-1",
+        "allow_http": "true",
+        "aws_access_key_id": KEY_ID,
+        "aws_secret_access_key": SECRET,
+    }
+    db = lancedb.connect(f"s3://{BUCKET}/db", storage_options=options)
     return db.create_table("rows", [{"id": i, "text": f"{i:04d}" + "x" * 2000} for i in range(64)]), process
 
 
@@ -109,7 +118,14 @@ def test_a_frozen_store_times_out_naming_the_table(frozen_table: Any) -> None:
 def test_a_frozen_store_times_out_in_a_worker(frozen_table: Any) -> None:
     table, server = frozen_table
     # a budget of a few rows: the worker cannot have read the whole table ahead when the store freezes
-    ds = StreamingDataset(table, num_splits=4, shuffle_seed=0, read_timeout=TIMEOUT_S, read_ahead_bytes=8192)
+    ds = StreamingDataset(
+        table,
+        num_splits=4,
+        shuffle_seed=0,
+        read_timeout=TIMEOUT_S,
+        read_ahead_bytes=8192,
+        pickle_storage_credentials=True,
+    )
     loader = StreamingDataLoader(ds, batch_size=4, num_workers=1, timeout=GUARD_S)
     it = iter(loader)
     assert len(next(it)["id"]) == 4  # the worker has opened the table and read

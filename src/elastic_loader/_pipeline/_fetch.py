@@ -19,7 +19,8 @@ Rules:
   single row larger than the budget allows. Before the first unit, the row
   size is known from the schema (every column of fixed width) or measured by
   a *probe*: one read of the first row of up to ``PROBE_SPLITS`` owned splits,
-  whose rows are dropped (the units read them again). A row weighs the mean
+  whose rows are dropped (the units read them again); the reader remembers the
+  measured size (``Reader.row_bytes_seen``), so later iterations skip the probe. A row weighs the mean
   Arrow bytes per row read so far, and a unit holds at most
   ``min(8 MiB, budget / (2 * (io_queue_depth + 1)))`` of them (at least one row,
   even below ``read_batch_size``).
@@ -197,6 +198,8 @@ class Pipeline:
         self._unit_rows = max(self._min_rows, FIRST_UNIT_ROWS)
         self._ceiling: int | None = None
         self._seen = [0, 0]  # bytes and rows of every read so far (the row-size estimate)
+        if row_bytes_hint is None:  # an earlier pipeline of this reader measured it
+            row_bytes_hint = reader.row_bytes_seen
         self._hint = row_bytes_hint if read_ahead_bytes is not None else None
         self._closed = False
         self._gauge_lock = threading.Lock()
@@ -358,6 +361,7 @@ class Pipeline:
             self._seen[0] += nbytes
             self._seen[1] += rows
             per_row = max(1.0, self._seen[0] / self._seen[1])
+        self._reader.row_bytes_seen = max(1, round(per_row))  # the next iteration needs no probe
         if self._budget is None:
             if self._ceiling is None:  # without a budget the first read fixes the ceiling
                 self._ceiling = max(self._min_rows, min(MAX_UNIT_ROWS, int(TARGET_UNIT_BYTES // per_row)))

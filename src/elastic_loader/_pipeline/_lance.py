@@ -195,6 +195,8 @@ class Reader:
     ``where`` names the table in error messages (its URI where it has one)."""
 
     where = "the table"
+    row_bytes_seen: int | None = None
+    """Mean Arrow bytes per row the last pipeline over this reader measured (``_fetch``)."""
 
     def take(self, row_ids: np.ndarray, columns: list[str] | None) -> pa.Table:  # pragma: no cover
         raise NotImplementedError

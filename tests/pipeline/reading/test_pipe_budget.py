@@ -107,10 +107,18 @@ def test_the_first_read_of_variable_width_rows_is_a_small_probe(blob_table: Any)
     first unit is sized by bytes (not the usual 512 rows)."""
     ds = StreamingDataset(blob_table, num_splits=16, shuffle_seed=1, read_ahead_bytes=1 << 20)
     reader = counted(ds)
-    assert next(iter(ds))["id"] >= 0
+    first = iter(ds)
+    assert next(first)["id"] >= 0
+    first.close()  # type: ignore[attr-defined]
     assert reader.calls[0] == _fetch.PROBE_SPLITS
     unit_bytes = (1 << 20) // (2 * (4 + 1))
     assert reader.calls[1] * ROW_BYTES <= unit_bytes + 16 * ROW_BYTES  # one row per split at least
+    assert reader.row_bytes_seen is not None and abs(reader.row_bytes_seen - ROW_BYTES) < 64
+    reader.calls.clear()
+    again = iter(ds)  # the same epoch (its reader) again, from the saved progress
+    assert next(again)["id"] >= 0
+    again.close()  # type: ignore[attr-defined]
+    assert reader.calls[0] == 16  # the reader remembers the row size: no second probe
 
 
 def test_fixed_width_rows_need_no_probe(blob_table: Any) -> None:

@@ -39,6 +39,7 @@ Rules:
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections import deque
@@ -199,7 +200,7 @@ class Pipeline:
         self._ceiling: int | None = None
         self._seen = [0, 0]  # bytes and rows of every read so far (the row-size estimate)
         if row_bytes_hint is None:  # an earlier pipeline of this reader measured it
-            row_bytes_hint = reader.row_bytes_seen
+            row_bytes_hint = getattr(reader, "row_bytes_seen", None)
         self._hint = row_bytes_hint if read_ahead_bytes is not None else None
         self._closed = False
         self._gauge_lock = threading.Lock()
@@ -361,7 +362,8 @@ class Pipeline:
             self._seen[0] += nbytes
             self._seen[1] += rows
             per_row = max(1.0, self._seen[0] / self._seen[1])
-        self._reader.row_bytes_seen = max(1, round(per_row))  # the next iteration needs no probe
+        with contextlib.suppress(AttributeError):  # the next iteration over this reader needs no probe
+            self._reader.row_bytes_seen = max(1, round(per_row))
         if self._budget is None:
             if self._ceiling is None:  # without a budget the first read fixes the ceiling
                 self._ceiling = max(self._min_rows, min(MAX_UNIT_ROWS, int(TARGET_UNIT_BYTES // per_row)))

@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: test lint typecheck unit demo proofs deep bench bench-install bench-peers bench-memory vectors soak mutation clean
+.PHONY: test lint typecheck unit fuzz demo proofs deep bench bench-install bench-peers bench-memory vectors soak mutation clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,10 @@ typecheck: $(STAMP)
 
 unit: $(STAMP)
 	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(PY) -m pytest -q
+
+## fuzz: the checkpoint and parameter fuzzers with a deep budget (FUZZ_EXAMPLES; make test runs 20 each)
+fuzz: $(STAMP)
+	FUZZ_EXAMPLES=$${FUZZ_EXAMPLES:-2000} $(PY) -m pytest -q -p no:cacheprovider tests/fuzz
 
 ## demo: the project's main job
 demo: $(STAMP)

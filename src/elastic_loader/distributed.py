@@ -15,6 +15,7 @@ Without an initialised process group the helpers work for a single process.
 from __future__ import annotations
 
 import os
+import pickle
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -73,10 +74,18 @@ def save_checkpoint(obj: object, path: str | os.PathLike[str]) -> None:
     moment leaves either the previous checkpoint or the new one, never a torn
     file (at worst a stray ``.<name>.*.tmp`` file, removed by the next save).
 
+    Before the rename, the temporary file is read back as :func:`load_checkpoint`
+    reads it (``weights_only=True``, memory-mapped, so tensors are not copied):
+    an object it could not load (a NumPy scalar, an arbitrary class) is refused
+    and ``path`` is left as it was.
+
     Args:
         obj: what to save (tensors, numbers, strings, lists and dicts load with
             ``weights_only=True``).
         path: the checkpoint file.
+
+    Raises:
+        TypeError: ``load_checkpoint`` could not read ``obj`` back.
     """
     target = Path(path)
     directory = target.parent
@@ -89,6 +98,7 @@ def save_checkpoint(obj: object, path: str | os.PathLike[str]) -> None:
             torch.save(obj, handle)
             handle.flush()
             os.fsync(handle.fileno())
+        _check_loadable(temp)
         os.replace(temp, target)
     except BaseException:
         Path(temp).unlink(missing_ok=True)
@@ -99,6 +109,23 @@ def save_checkpoint(obj: object, path: str | os.PathLike[str]) -> None:
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
+
+
+def _check_loadable(path: str) -> None:
+    """Raise TypeError when ``torch.load(path, weights_only=True)`` refuses the file."""
+    try:
+        torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except pickle.UnpicklingError as exc:
+        raise TypeError(
+            "save_checkpoint refuses an object that load_checkpoint could not read back with "
+            f"weights_only=True (nothing was written): {exc}"
+        ) from exc
+
+
+def _read(path: str | os.PathLike[str]) -> Any:
+    if not Path(path).exists():
+        return None
+    return torch.load(path, map_location="cpu", weights_only=True)
 
 
 def load_checkpoint(path: str | os.PathLike[str], *, src: int | None = 0, group: Any = None) -> Any:
@@ -115,15 +142,47 @@ def load_checkpoint(path: str | os.PathLike[str], *, src: int | None = 0, group:
 
     Returns:
         The saved object (loaded with ``weights_only=True``), or ``None``.
+
+    Raises:
+        Exception: the reading rank's own error (a corrupt file, an object
+            ``weights_only`` refuses) on that rank; ``RuntimeError`` naming it on
+            every other rank of ``group``, so no rank waits in the broadcast.
     """
-
-    def read() -> Any:
-        if not Path(path).exists():
-            return None
-        return torch.load(path, map_location="cpu", weights_only=True)
-
-    if src is None or not _distributed():
-        return read()
-    box = [read() if dist.get_rank() == src else None]
+    if not _distributed():
+        return _read(path)
+    if src is None:
+        return _everyone_reads(path, group)
+    mine = dist.get_rank() == src
+    value, error = None, None
+    if mine:
+        try:
+            value = _read(path)
+        except Exception as exc:
+            error = exc
+    status = [None if error is None else f"{type(error).__name__}: {error}"]
+    dist.broadcast_object_list(status, src=src, group=group)  # small: ok, or the error's text
+    if status[0] is not None:
+        if error is not None:
+            raise error
+        raise RuntimeError(f"load_checkpoint: rank {src} could not read {os.fspath(path)!r}: {status[0]}")
+    box = [value]
     dist.broadcast_object_list(box, src=src, group=group)
     return box[0]
+
+
+def _everyone_reads(path: str | os.PathLike[str], group: Any) -> Any:
+    """``src=None``: every rank reads; if any fails, every rank raises (after one small gather)."""
+    value, error = None, None
+    try:
+        value = _read(path)
+    except Exception as exc:
+        error = exc
+    statuses: list[str | None] = [None] * dist.get_world_size(group)
+    mine = None if error is None else f"{type(error).__name__}: {error}"
+    dist.all_gather_object(statuses, mine, group=group)
+    if error is not None:
+        raise error
+    failed = [f"rank {rank}: {text}" for rank, text in enumerate(statuses) if text is not None]
+    if failed:
+        raise RuntimeError(f"load_checkpoint: {os.fspath(path)!r} could not be read on " + "; ".join(failed))
+    return value

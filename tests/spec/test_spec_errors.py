@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
+import math
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -153,6 +154,12 @@ EXACT_V1 = Saved(C, initial_row_state(2), frozenset({0, 1}), table=TablePin(1, 4
 EXACT_V2 = Saved(C, initial_row_state(2), frozenset({0, 1}), table=TablePin(2, 4))
 
 
+@dataclasses.dataclass(frozen=True)
+class WorkerInfo:
+    id: object
+    num_workers: object
+
+
 def params(**kwargs: object) -> Callable[[], object]:
     return lambda: validate_params(Params(**kwargs), TABLE)
 
@@ -188,6 +195,7 @@ INT_PARAMS = (
     "pack_sequences",
     "eos_id",
     "pad_id",
+    "read_ahead_bytes",
 )
 OTHER_PARAMS = (
     "shuffle",
@@ -197,6 +205,7 @@ OTHER_PARAMS = (
     "connection_factory",
     "columns",
     "worker_info_override",
+    "pickle_storage_credentials",
 )
 MINIMUMS = {
     "world_size": 0,
@@ -208,6 +217,18 @@ MINIMUMS = {
     "transform_parallelism": 0,
     "transform_queue_depth": 0,
     "shuffle_clump_size": 0,
+    "read_ahead_bytes": 0,
+}
+MAXIMA = {
+    "world_size": 2**63,
+    "num_splits": 2**63,
+    "epoch": 2**64,
+    "shuffle_seed": 2**64,
+    "read_batch_size": 2**63,
+    "transform_parallelism": 1025,
+    "transform_queue_depth": 2**63,
+    "shuffle_clump_size": 2**63,
+    "read_ahead_bytes": 2**63,
 }
 
 TRIGGERS: list[tuple[str, str, Callable[[], object]]] = [
@@ -271,6 +292,30 @@ TRIGGERS: list[tuple[str, str, Callable[[], object]]] = [
     ("shuffle_seed_out_of_range", "seed + epoch * prime", params(shuffle_seed=2**64 - 100003, epoch=1)),
     ("io_queue_depth_out_of_range", "io_queue_depth", params(io_queue_depth=0)),
     ("io_queue_depth_out_of_range", "prefetch_batches=0", params(prefetch_batches=0)),
+    *[(f"{name}_out_of_range", "maximum", params(**{name: value})) for name, value in MAXIMA.items()],
+    ("io_queue_depth_out_of_range", "1025 threads", params(io_queue_depth=1025)),
+    ("io_queue_depth_out_of_range", "prefetch_batches=2**63", params(prefetch_batches=2**63)),
+    ("worker_info_override_type", "float id", params(worker_info_override=WorkerInfo(1.5, 2))),
+    ("worker_info_override_type", "bool workers", params(worker_info_override=WorkerInfo(0, True))),
+    ("worker_info_override_out_of_range", "id", params(worker_info_override=WorkerInfo(2, 2))),
+    ("worker_info_override_out_of_range", "negative", params(worker_info_override=WorkerInfo(-1, 2))),
+    ("worker_info_override_out_of_range", "no workers", params(worker_info_override=WorkerInfo(0, 0))),
+    ("read_timeout_type", "bool", params(read_timeout=True)),
+    ("read_timeout_type", "str", params(read_timeout="5")),
+    ("read_timeout_out_of_range", "zero", params(read_timeout=0)),
+    ("read_timeout_out_of_range", "negative", params(read_timeout=-1.5)),
+    ("read_timeout_out_of_range", "nan", params(read_timeout=math.nan)),
+    ("read_timeout_out_of_range", "-inf", params(read_timeout=-math.inf)),
+    ("read_timeout_out_of_range", "too long", params(read_timeout=10**9 + 1)),
+    ("pickle_storage_credentials_type", "string", params(pickle_storage_credentials="false")),
+    ("pickle_storage_credentials_type", "zero", params(pickle_storage_credentials=0)),
+    ("pack_sequences_exceeds_budget", "2**31", params(**dict(PACKS, pack_sequences=2**31))),
+    (
+        "pack_sequences_exceeds_budget",
+        "small budget",
+        params(**dict(PACKS, pack_sequences=4, read_ahead_bytes=63)),
+    ),
+    ("blocks_per_epoch_out_of_range", "2**63", params(**dict(PACKS, blocks_per_epoch=2**63))),
     ("eos_id_out_of_range", "int64", params(**dict(PACKS, eos_id=2**63))),
     ("pad_id_out_of_range", "int64", params(**dict(PACKS, pad_id=-(2**63) - 1))),
     ("shuffle_seed_none_multi_rank", "params", params(shuffle_seed=None, world_size=2)),
@@ -669,3 +714,21 @@ def test_every_parameter_error_is_documented() -> None:
                     assert exc.code in codes, f"{field.name}={value!r} raised undocumented {exc.code}"
                     seen.add(exc.code)
     assert len(seen) > 30
+
+
+def test_parameter_bounds_accept_their_limits() -> None:
+    """Every bound is inclusive: the largest accepted values resolve, and the defaults are named."""
+    skip = ("world_size", "num_splits", "epoch", "shuffle_seed")  # bounded by the rows, and the seed rule
+    limits = {name: value - 1 for name, value in MAXIMA.items() if name not in skip}
+    resolved = validate_params(Params(**limits), TABLE)
+    assert (resolved.read_ahead_bytes, resolved.read_timeout) == (2**63 - 1, 300)
+    assert validate_params(Params(io_queue_depth=1024, read_timeout=math.inf), TABLE).read_timeout is None
+    assert validate_params(Params(read_timeout=10**9), TABLE).read_timeout == 10**9
+    assert validate_params(Params(read_timeout=0.25), TABLE).read_timeout == 0.25
+    assert validate_params(Params(), TABLE).read_ahead_bytes == 256 * 2**20
+    assert validate_params(Params(worker_info_override=WorkerInfo(1, 2)), TABLE).num_splits == 1
+    for flag in (None, False, True):
+        validate_params(Params(pickle_storage_credentials=flag), TABLE)
+    packs = dict(PACKS, pack_sequences=4, read_ahead_bytes=64, blocks_per_epoch=2**63 - 1 - (2**63 - 1) % 4)
+    validate_params(Params(**packs), TABLE)
+    validate_params(Params(**dict(PACKS, pack_sequences=2**24)), TABLE)  # 256 MiB: the default budget

@@ -15,9 +15,12 @@ Rules:
 * Packing (:class:`PackDemand`): every split aims at about
   ``max(L, 2**20 / owned)`` tokens per unit and ``io_queue_depth`` units
   buffered (buffered tokens plus in-flight documents at the mean document
-  size seen so far, 128 before any). Units start small for a fast first block
-  and grow with ``unit_rows``. A split whose document must raise requests
-  nothing more.
+  size seen so far, 128 before any), and at most its share of the byte budget
+  (``read_ahead_bytes / (32 * owned)`` tokens, but at least one block of
+  ``L``). Units start small for a fast first block and grow with
+  ``unit_rows``. A split whose document must raise requests nothing more.
+* Row mode's bytes are bounded by the pipeline itself (``_fetch``): its unit
+  size shrinks with the row size and it admits units within the budget.
 * Policies only read; they never change the feed, the streams or the pipeline.
 """
 
@@ -31,6 +34,10 @@ from ._rows import RowFeed
 
 TARGET_UNIT_TOKENS = 1 << 20
 FIRST_DOC_GUESS = 128
+DEFAULT_READ_AHEAD_BYTES = 256 * 2**20
+BYTES_PER_BUFFERED_TOKEN = 32
+"""A buffered token's share of the budget: 8 in the stream, 8 in its read batch while it is in
+flight (twice while transformed), 16 in a yielded block's tokens and doc_ids."""
 
 
 @dataclass(frozen=True)
@@ -59,10 +66,18 @@ class RowDemand:
 class PackDemand:
     """Packing read-ahead over one iteration's streams."""
 
-    def __init__(self, streams: list[SplitStream], length: int, io_queue_depth: int) -> None:
+    def __init__(
+        self,
+        streams: list[SplitStream],
+        length: int,
+        io_queue_depth: int,
+        read_ahead_bytes: int = DEFAULT_READ_AHEAD_BYTES,
+    ) -> None:
         self._streams = streams
         self._per_split = max(length, TARGET_UNIT_TOKENS // len(streams))
         self._depth = io_queue_depth
+        self._most = max(length, read_ahead_bytes // (BYTES_PER_BUFFERED_TOKEN * len(streams)))
+        """Buffered tokens per split at most: a share of the budget, but always one block."""
         self._doc_tokens = float(FIRST_DOC_GUESS)
         """Mean tokens per document (EOS included) of the last split that fetched any."""
 
@@ -75,7 +90,7 @@ class PackDemand:
             self._doc_tokens = max(1.0, stream.fetched_tokens / stream.fetched_docs)
         per_split = self._per_split
         buffered = stream.stream_len() + inflight * self._doc_tokens
-        if buffered >= per_split * self._depth:
+        if buffered >= min(per_split * self._depth, self._most):
             return 0
         # Units start small (fast first block) and grow with the pipeline's unit size.
         growing = -(-unit_rows // len(self._streams))

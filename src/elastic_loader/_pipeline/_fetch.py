@@ -9,9 +9,24 @@ Rules:
   in permutation order whatever the thread timing.
 * Backpressure: at most ``io_queue_depth`` units are in flight (requested and
   not yet handed to the consumer), and a split is only requested while its
-  buffered rows (ready + in flight) are below its target. Memory is bounded
-  by about ``(io_queue_depth + 2)`` units. The target is the read-ahead
-  policy's (``_demand``), which the pipeline asks with what it needs to know.
+  buffered rows (ready + in flight) are below its target. The target is the
+  read-ahead policy's (``_demand``), which the pipeline asks with what it needs to know.
+* Byte budget (``read_ahead_bytes``): what the consumer side holds
+  (``buffered()``: the mode's feed) plus every unit in flight, counted twice
+  (its read batch and its transformed result), stays within the budget. A unit
+  is submitted only if its estimate fits; when nothing is in flight one unit
+  always goes (the consumer needs rows), so the bound is exceeded only by a
+  single row larger than the budget allows. Before the first unit, the row
+  size is known from the schema (every column of fixed width) or measured by
+  a *probe*: one read of the first row of up to ``PROBE_SPLITS`` owned splits,
+  whose rows are dropped (the units read them again); the reader remembers the
+  measured size (``Reader.row_bytes_seen``), so later iterations skip the probe. A row weighs the mean
+  Arrow bytes per row read so far, and a unit holds at most
+  ``min(8 MiB, budget / (2 * (io_queue_depth + 1)))`` of them (at least one row,
+  even below ``read_batch_size``).
+* No hang (``read_timeout``): the consumer waits at most that long for a
+  unit's read; then it raises ``TimeoutError`` naming the table (the read's
+  thread is abandoned, the pipeline closes).
 * A pipeline may read a unit's rows in row-id order (``sorted_reads``): a
   LanceDB take of sorted ids has no rows to put back in order, so it is faster. The
   unit's ``where`` then maps each of its positions to its row of the batch,
@@ -24,11 +39,13 @@ Rules:
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +58,10 @@ from ._stats import Counters
 TARGET_UNIT_BYTES = 8 * 2**20
 MAX_UNIT_ROWS = 16384
 FIRST_UNIT_ROWS = 512
+PROBE_SPLITS = 8
+"""The probe reads the first row of at most this many owned splits."""
+IN_FLIGHT_COPIES = 2
+"""A unit in flight counts twice: its read batch and its transformed result."""
 
 Want = Callable[[int, int, int], int]
 """The read-ahead policy: ``want(split, unit_rows, inflight)`` = how many positions owned split
@@ -74,6 +95,10 @@ class Unit:
     rows: int
     future: Future[Any] = field(repr=False)
     where: np.ndarray | None = field(default=None, repr=False)
+    read: Future[Any] | None = field(default=None, repr=False)
+    """The storage read's future (done once the rows arrived)."""
+    nbytes: int | None = None
+    """Arrow bytes of the unit's read batch (``None`` until read)."""
 
 
 class StageError(Exception):
@@ -123,6 +148,10 @@ class Pipeline:
         min_unit_rows: smallest unit worth reading (the read batch size).
         sorted_reads: read each unit in row-id order (see ``Unit.where``).
         hook: test-only timing hook.
+        read_ahead_bytes: the byte budget (``None``: none, only the row bounds).
+        buffered: bytes the consumer side holds (the mode's feed); counted against the budget.
+        read_timeout: seconds the consumer waits for a read (``None``: forever).
+        row_bytes_hint: Arrow bytes of a row known from the schema (no probe is needed).
     """
 
     def __init__(
@@ -140,6 +169,10 @@ class Pipeline:
         min_unit_rows: int,
         sorted_reads: bool = False,
         hook: TimingHook | None = None,
+        read_ahead_bytes: int | None = None,
+        buffered: Callable[[], int] | None = None,
+        read_timeout: float | None = None,
+        row_bytes_hint: int | None = None,
     ) -> None:
         self._reader = reader
         self._columns = columns
@@ -160,12 +193,22 @@ class Pipeline:
         )
         self._numbers = 0
         self._min_rows = max(1, min_unit_rows)
+        self._budget = read_ahead_bytes
+        self._buffered = buffered
+        self._timeout = read_timeout
         self._unit_rows = max(self._min_rows, FIRST_UNIT_ROWS)
         self._ceiling: int | None = None
+        self._seen = [0, 0]  # bytes and rows of every read so far (the row-size estimate)
+        if row_bytes_hint is None:  # an earlier pipeline of this reader measured it
+            row_bytes_hint = getattr(reader, "row_bytes_seen", None)
+        self._hint = row_bytes_hint if read_ahead_bytes is not None else None
         self._closed = False
         self._gauge_lock = threading.Lock()
         self._gauges = {"unscanned_rows": 0, "raw_rows": 0}
         self._gauge(unscanned_rows=self.unscanned())
+        if self._hint is not None:
+            self._ceiling = self._rows_per_unit(float(self._hint))
+            self._unit_rows = max(1, min(self._ceiling, self._unit_rows))
 
     def _gauge(self, **deltas: int) -> None:
         """Move this pipeline's share of the gauges; nothing moves once it is closed."""
@@ -205,9 +248,39 @@ class Pipeline:
             offset += count
         return segments
 
+    def row_bytes(self) -> float | None:
+        """Mean Arrow bytes per row read so far (``None`` before any row arrived)."""
+        with self._gauge_lock:
+            seen_bytes, seen_rows = self._seen
+        if not seen_rows:
+            return None if self._hint is None else float(self._hint)
+        return seen_bytes / seen_rows
+
+    def held_bytes(self) -> int:
+        """What the budget counts now: the consumer side's bytes plus the units in flight."""
+        buffered = 0 if self._buffered is None else self._buffered()
+        per_row = self.row_bytes() or 0.0
+        inflight = 0.0
+        for unit in list(self._pending):
+            size = unit.nbytes
+            inflight += size if size is not None else unit.rows * per_row
+        return int(buffered + IN_FLIGHT_COPIES * inflight)
+
+    def _admits(self) -> bool:
+        """Whether another unit fits in the byte budget (the first in flight always does)."""
+        if self._budget is None or not self._pending:
+            return True
+        per_row = self.row_bytes()
+        if per_row is None:
+            return False  # nothing is known about the row size yet: one unit at a time
+        upcoming = IN_FLIGHT_COPIES * self._unit_rows * per_row
+        return self.held_bytes() + upcoming <= self._budget
+
     def pump(self) -> None:
-        """Submit units while the depth allows and some split wants rows."""
-        while not self._closed and len(self._pending) < self._depth:
+        """Submit units while the depth and the byte budget allow and some split wants rows."""
+        if self._budget is not None and self._ceiling is None and not self._pending:
+            self._probe()
+        while not self._closed and len(self._pending) < self._depth and self._admits():
             segments = self._plan()
             if not segments:
                 return
@@ -227,26 +300,82 @@ class Pipeline:
             where = np.empty_like(order)
             where[order] = np.arange(len(order))
         done: Future[Any] = Future()
-        read = self._io.submit(self._read, ids, number)
-        read.add_done_callback(lambda f: self._transform(f, done, number))
-        self._pending.append(Unit(number, segments, len(ids), done, where))
+        unit = Unit(number, segments, len(ids), done, where)
+        self._pending.append(unit)
+        unit.read = self._io.submit(self._read, ids, unit)
+        unit.read.add_done_callback(lambda f: self._transform(f, done, number))
         self._gauge(unscanned_rows=-len(ids))
-        ceiling = self._ceiling or MAX_UNIT_ROWS
-        self._unit_rows = max(self._min_rows, min(ceiling, self._unit_rows * 2))
+        self._grow()
 
-    def _read(self, ids: np.ndarray, number: int) -> pa.RecordBatch:
+    def _probe(self) -> None:
+        """Measure the row size: read the next row of up to ``PROBE_SPLITS`` owned splits (waiting at
+        most ``read_timeout``) and drop them. Nothing to read: nothing to learn."""
+        firsts = [self._rows[i][self.head[i]] for i in range(len(self._rows)) if self.head[i] < self.size[i]]
+        if not firsts:
+            return
+        ids = np.asarray(firsts[:PROBE_SPLITS])
+        read = self._io.submit(self._reader.take, ids, self._columns)
+        try:
+            table = read.result(timeout=self._timeout)
+        except FutureTimeout:
+            self.close()
+            raise self._timed_out(len(ids)) from None
+        batch = _one_batch(table)
+        self._counters.add(bytes_loaded=batch.nbytes)
+        self._learn(batch.nbytes, max(1, batch.num_rows))
+
+    def _timed_out(self, rows: int) -> TimeoutError:
+        return TimeoutError(
+            f"reading {rows} rows of {self._reader.where} made no progress for "
+            f"{self._timeout:g} s (read_timeout); the storage does not answer"
+        )
+
+    def _grow(self) -> None:
+        """The next unit's target rows: doubling up to the ceiling."""
+        ceiling = self._ceiling or MAX_UNIT_ROWS
+        floor = self._min_rows if self._budget is None else 1
+        self._unit_rows = max(floor, min(ceiling, self._unit_rows * 2))
+
+    def _unit_bytes(self) -> int:
+        """Arrow bytes one unit may hold."""
+        if self._budget is None:
+            return TARGET_UNIT_BYTES
+        return max(1, min(TARGET_UNIT_BYTES, self._budget // (IN_FLIGHT_COPIES * (self._depth + 1))))
+
+    def _read(self, ids: np.ndarray, unit: Unit) -> pa.RecordBatch:
         if self._hook is not None:
-            self._hook("read", number)
+            self._hook("read", unit.number)
         t0 = time.perf_counter_ns()
         table = self._reader.take(ids, self._columns)
         elapsed = time.perf_counter_ns() - t0
         batch = _one_batch(table)
+        unit.nbytes = batch.nbytes
         self._counters.add(bytes_loaded=batch.nbytes, fetch_ns=elapsed)
         self._gauge(raw_rows=batch.num_rows)
-        if batch.num_rows and self._ceiling is None:
-            per_row = max(1, batch.nbytes // batch.num_rows)
-            self._ceiling = max(self._min_rows, min(MAX_UNIT_ROWS, TARGET_UNIT_BYTES // per_row))
+        if batch.num_rows:
+            self._learn(batch.nbytes, batch.num_rows)
         return batch
+
+    def _learn(self, nbytes: int, rows: int) -> None:
+        """A read brought ``rows`` rows of ``nbytes``: update the row size and the unit ceiling."""
+        with self._gauge_lock:
+            self._seen[0] += nbytes
+            self._seen[1] += rows
+            per_row = max(1.0, self._seen[0] / self._seen[1])
+        with contextlib.suppress(AttributeError):  # the next iteration over this reader needs no probe
+            self._reader.row_bytes_seen = max(1, round(per_row))
+        if self._budget is None:
+            if self._ceiling is None:  # without a budget the first read fixes the ceiling
+                self._ceiling = max(self._min_rows, min(MAX_UNIT_ROWS, int(TARGET_UNIT_BYTES // per_row)))
+            return
+        first = self._ceiling is None
+        self._ceiling = self._rows_per_unit(per_row)
+        if first:  # the first unit starts as usual, within the unit's bytes
+            self._unit_rows = max(1, min(self._ceiling, self._unit_rows))
+
+    def _rows_per_unit(self, per_row: float) -> int:
+        """Rows of one unit at ``per_row`` bytes (at least one, at most ``MAX_UNIT_ROWS``)."""
+        return max(1, min(MAX_UNIT_ROWS, int(self._unit_bytes() // per_row)))
 
     def _transform(self, read: Future[Any], done: Future[Any], number: int) -> None:
         """Runs in the I/O thread once a read finishes: fan the unit out to the transform stage."""
@@ -299,16 +428,34 @@ class Pipeline:
         self.pump()
         if not self._pending:
             return None
-        unit = self._pending.popleft()
+        unit = self._pending[0]
+        self._wait_read(unit)
+        self._pending.popleft()
         try:
             payload = unit.future.result()
         except StageError as exc:
-            raise exc.error from None
+            raise exc.error from exc.error.__cause__  # the wrapped error as it was
         finally:
             for s in unit.segments:
                 self.inflight[s.split] -= s.count
         self.pump()
         return unit, payload
+
+    def _wait_read(self, unit: Unit) -> None:
+        """Wait for ``unit``'s read at most ``read_timeout`` seconds.
+
+        Raises:
+            TimeoutError: the read brought nothing in that time (the pipeline is closed).
+        """
+        if self._timeout is None or unit.read is None:
+            return
+        try:
+            unit.read.exception(timeout=self._timeout)
+        except FutureTimeout:
+            self.close()
+            raise self._timed_out(unit.rows) from None
+        except CancelledError:
+            return
 
     def close(self) -> None:
         """Stop: cancel queued work, do not wait for reads already running."""

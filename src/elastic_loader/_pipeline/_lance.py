@@ -58,6 +58,35 @@ def column_kind(table: Any, name: str) -> str | None:
     return "int_list" if pa.types.is_integer(kind.value_type) else "other_list"
 
 
+def _fixed_width(kind: pa.DataType) -> int | None:
+    """Bytes per value of a fixed-width Arrow type (``None``: variable width)."""
+    if pa.types.is_fixed_size_list(kind):
+        inner = _fixed_width(kind.value_type)
+        return None if inner is None else inner * int(kind.list_size)
+    if pa.types.is_boolean(kind):
+        return 1
+    try:
+        width = kind.bit_width
+    except ValueError:  # variable width (binary, strings, lists, structs, ...)
+        return None
+    return max(1, int(width) // 8)
+
+
+def fixed_row_bytes(table: Any, columns: list[str] | None) -> int | None:
+    """Arrow bytes of one row of ``columns`` (``None``: all) when every one has a fixed width, else
+    ``None`` (the pipeline then probes the row size before sizing its units)."""
+    schema: pa.Schema = table.schema
+    names = schema.names if columns is None else columns
+    total = 0
+    for name in names:
+        index = schema.get_field_index(name)
+        width = None if index < 0 else _fixed_width(schema.field(index).type)
+        if width is None:
+            return None
+        total += width
+    return max(1, total)
+
+
 def count_rows(table: Any, filter: str | None) -> int:
     """Rows of ``table`` passing ``filter``."""
     return int(table.count_rows(filter) if filter is not None else table.count_rows())
@@ -91,8 +120,9 @@ def build_permutation(
     """Build the split permutation exactly as ``lancedb.streaming`` does and group it by split.
 
     Raises:
-        ValueError: a ``split_strategy`` result does not have exactly the split
-            ids ``0..num_splits-1`` with equal sizes.
+        TypeError: ``split_strategy`` returned something other than a builder.
+        ValueError: ``split_strategy`` returned None, or its result does not have
+            exactly the split ids ``0..num_splits-1`` with equal sizes.
     """
     from lancedb.permutation import permutation_builder
 
@@ -104,6 +134,11 @@ def build_permutation(
             configured = split_strategy(builder)
             if configured is None:
                 raise ValueError("split_strategy must return the configured permutation builder, got None")
+            if not callable(getattr(configured, "execute", None)):
+                raise TypeError(
+                    "split_strategy must return the configured permutation builder, got "
+                    f"{type(configured).__name__}"
+                )
             perm_table = configured.execute()
         elif shuffle:
             seed = shuffle_seed + epoch * EPOCH_PRIME
@@ -155,7 +190,13 @@ def _fingerprint(row_ids: np.ndarray, split_ids: np.ndarray) -> str:
 
 
 class Reader:
-    """Reads rows by row id, in the order asked for; safe to share between threads."""
+    """Reads rows by row id, in the order asked for; safe to share between threads.
+
+    ``where`` names the table in error messages (its URI where it has one)."""
+
+    where = "the table"
+    row_bytes_seen: int | None = None
+    """Mean Arrow bytes per row the last pipeline over this reader measured (``_fetch``)."""
 
     def take(self, row_ids: np.ndarray, columns: list[str] | None) -> pa.Table:  # pragma: no cover
         raise NotImplementedError
@@ -164,6 +205,7 @@ class Reader:
 class _LanceReader(Reader):
     def __init__(self, dataset: Any) -> None:
         self._dataset = dataset
+        self.where = str(getattr(dataset, "uri", "the table"))
 
     def take(self, row_ids: np.ndarray, columns: list[str] | None) -> pa.Table:
         return self._dataset._take_rows(pa.array(row_ids, type=pa.uint64()), columns=columns)
@@ -174,6 +216,7 @@ class _ArrowReader(Reader):
 
     def __init__(self, data: pa.Table, row_ids: np.ndarray) -> None:
         order = np.argsort(row_ids, kind="stable")
+        self.where = "an in-memory table"
         self._sorted_ids = row_ids[order]
         self._index = order
         self._data = data
@@ -191,6 +234,8 @@ class _QueryReader(Reader):
     def __init__(self, table: Any) -> None:
         self._table = table
         self._lock = threading.Lock()
+        uri = getattr(getattr(table, "_conn", None), "uri", None)
+        self.where = f"{uri}/{getattr(table, 'name', '?')}" if uri else repr(getattr(table, "name", table))
 
     def take(self, row_ids: np.ndarray, columns: list[str] | None) -> pa.Table:
         query = self._table.take_row_ids([int(r) for r in row_ids])

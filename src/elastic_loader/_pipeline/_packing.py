@@ -22,6 +22,10 @@ Rules:
   stream.
 * ``blocks_per_epoch="auto"`` (:func:`estimate_blocks`) reads a seeded ~1%
   sample of every split once, when the epoch's permutation is built.
+* Bytes: a stream holds 8 bytes per token; a chunk of k cycles over n splits
+  holds ``k * n * L * BLOCK_BYTES_PER_TOKEN`` bytes (its blocks' tokens and
+  ``doc_ids``) until it ends, so k is capped by the byte budget too (at least
+  one cycle). ``PackFeed.held_bytes`` is what the pipeline counts as buffered.
 """
 
 from __future__ import annotations
@@ -49,6 +53,9 @@ AUTO_SAMPLE_CAP = 100_000
 """Documents the ``blocks_per_epoch="auto"`` estimate reads at most (over all splits)."""
 AUTO_TAKE_ROWS = 16384
 MAX_CHUNK_CYCLES = 1024
+TOKEN_BYTES = 8
+BLOCK_BYTES_PER_TOKEN = 16
+"""A yielded block's token: its ``input_ids`` entry and its ``doc_ids`` entry."""
 NULL_TOKENS = "pack_sequences does not support null token lists or null token values"
 TOO_LARGE = "token value does not fit in int64"
 
@@ -302,12 +309,18 @@ def _doc_ids(starts: np.ndarray, k: int, length: int) -> np.ndarray:
 
 
 class PackFeed:
-    """Distributes fetched documents to the owned splits' streams."""
+    """Distributes fetched documents to the owned splits' streams; counts the bytes they hold."""
 
     def __init__(self, streams: list[SplitStream], eos: int, counters: Counters) -> None:
         self.streams = streams
         self.eos = eos
         self.counters = counters
+        self.chunk_bytes = 0
+        """Bytes of the chunk being yielded (its blocks' tokens and doc_ids)."""
+
+    def held_bytes(self) -> int:
+        """Bytes the streams hold (tokens, EOS included) plus the chunk being yielded."""
+        return TOKEN_BYTES * sum(s.stream_len() for s in self.streams) + self.chunk_bytes
 
     def distribute(self, unit: Unit, payload: DocPayload) -> None:
         where = unit.where
@@ -442,9 +455,16 @@ def _cycles_ready(pipeline: Pipeline, feed: PackFeed, i: int, length: int) -> in
 
 
 def _replay(
-    pipeline: Pipeline, feed: PackFeed, targets: list[int | None], length: int, pad: int, counters: Counters
+    pipeline: Pipeline,
+    feed: PackFeed,
+    targets: list[int | None],
+    length: int,
+    pad: int,
+    counters: Counters,
+    most: int = MAX_CHUNK_CYCLES,
 ) -> None:
-    """Emit, without yielding, the blocks of each projected split up to its target block count."""
+    """Emit, without yielding, the blocks of each projected split up to its target block count
+    (``most`` cycles at a time)."""
     for i, target in enumerate(targets):
         stream = feed.streams[i]
         while target is not None and stream.emitted < target:
@@ -456,7 +476,7 @@ def _replay(
                     f"that must raise comes first: {stream.error}); the rank that saved the checkpoint was "
                     "not in lockstep with this split's owner; merge every rank's state instead"
                 ) from stream.error
-            k = min(MAX_CHUNK_CYCLES, target - stream.emitted, got if got is not None else target)
+            k = min(most, target - stream.emitted, got if got is not None else target)
             _, _, record = emit_cycles(stream, k, length, pad)
             counters.add(ready_rows=-int(record.docs[-1]))
 
@@ -497,16 +517,20 @@ def iterate(
     budget: int,
     counters: Counters,
     targets: list[int | None] | None = None,
+    read_ahead_bytes: int | None = None,
 ) -> Iterator[dict[str, torch.Tensor]]:
     """Yield ``{"input_ids", "doc_ids"}`` blocks of the owned splits in canonical order.
 
     Projected splits first replay their blocks up to ``targets`` (not yielded); then lagging
-    splits catch up one block at a time; then every cycle yields one block per owned split.
+    splits catch up one block at a time; then every cycle yields one block per owned split, k
+    cycles at a time with k within ``read_ahead_bytes`` (``None``: no byte cap).
     """
     streams = feed.streams
     n = len(streams)
+    cycle_bytes = n * length * BLOCK_BYTES_PER_TOKEN
+    most = MAX_CHUNK_CYCLES if read_ahead_bytes is None else max(1, read_ahead_bytes // cycle_bytes)
     if targets is not None:
-        _replay(pipeline, feed, targets, length, pad, counters)
+        _replay(pipeline, feed, targets, length, pad, counters, min(most * n, MAX_CHUNK_CYCLES))
     yield from _catch_up(pipeline, feed, length, pad, counters)
     while streams[0].emitted < budget:
         ready: list[int | None] = []
@@ -518,9 +542,10 @@ def iterate(
                 raise error
             ready.append(got)
         finite = [r for r in ready if r is not None]
-        k = min([MAX_CHUNK_CYCLES, budget - streams[0].emitted, *finite])
+        k = min([MAX_CHUNK_CYCLES, most, budget - streams[0].emitted, *finite])
         cut = [emit_cycles(stream, k, length, pad) for stream in streams]
         progress.begin([record for _, _, record in cut], length)
+        feed.chunk_bytes = k * cycle_bytes
         complete = False
         try:
             for c in range(k):
@@ -531,6 +556,8 @@ def iterate(
             complete = True
         finally:
             progress.end(complete, counters)
+            feed.chunk_bytes = 0
+            del cut
 
 
 def estimate_blocks(reader: Reader, column: str, rows: np.ndarray, length: int, seed: int) -> int:

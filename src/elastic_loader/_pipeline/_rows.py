@@ -23,12 +23,14 @@ import heapq
 import itertools
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import torch
 
 from ._faults import OnError, forgiving, isolate
 from ._fetch import Pipeline, Stage, StageError, Unit
@@ -64,12 +66,27 @@ def make_row_stage(
 
     def rows_of(batch: pa.RecordBatch, expected: int) -> list[Any]:
         t0 = time.perf_counter_ns()
-        out = batch.to_pylist() if transform is None else transform(batch)
+        try:
+            out = batch.to_pylist() if transform is None else transform(batch)
+        except StopIteration as exc:  # an Exception, but it would end the consumer's loop unseen
+            error = RuntimeError(
+                "transform raised StopIteration; it is an error in every on_transform_error mode "
+                "(raise another exception to drop a row)"
+            )
+            error.__cause__ = exc
+            raise StageError(error) from exc
         elapsed = time.perf_counter_ns() - t0
         problem = _rejected_output(out)
         if problem is not None:
             raise StageError(
                 TypeError(f"transform returned {problem}; return one item per input row, e.g. a list")
+            )
+        if not isinstance(out, list) and not hasattr(out, "__iter__"):
+            raise StageError(
+                TypeError(
+                    f"transform returned {type(out).__name__}, not one item per input row; return a list "
+                    "(the skip modes drop rows whose transform raised, nothing else)"
+                )
             )
         rows = out if isinstance(out, list) else list(out)
         if len(rows) != expected:
@@ -115,8 +132,43 @@ def make_row_stage(
     return Stage(run, combine, None if transform is None else read_batch_size)
 
 
+def value_bytes(value: object, depth: int = 0) -> int:
+    """The payload bytes of one transformed row: buffers, strings, arrays and tensors, through
+    dicts, lists and tuples (two levels); anything else counts 0 (its Arrow size stands)."""
+    if isinstance(value, (bytes, bytearray, str)):
+        return len(value)
+    if isinstance(value, memoryview):
+        return value.nbytes
+    if isinstance(value, np.ndarray):
+        return int(value.nbytes)
+    if isinstance(value, torch.Tensor):
+        return int(value.numel() * value.element_size())
+    if depth >= 2:
+        return 0
+    if isinstance(value, Mapping):
+        return sum(value_bytes(v, depth + 1) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(value_bytes(v, depth + 1) for v in value)
+    return 0
+
+
+def sampled_bytes(values: list[Any]) -> float:
+    """Mean :func:`value_bytes` of the first, middle and last of ``values`` that are not ``None``
+    (the place of a skipped row); 0 when there is none."""
+    picks = [values[k] for k in sorted({0, len(values) // 2, len(values) - 1}) if values]
+    sizes = [value_bytes(v) for v in picks if v is not None]
+    return sum(sizes) / len(sizes) if sizes else 0.0
+
+
 class RowFeed:
-    """Ready rows of every owned split, fed from the pipeline's units in order."""
+    """Ready rows of every owned split, fed from the pipeline's units in order.
+
+    Bytes: a row weighs the larger of its unit's Arrow bytes per row and the
+    measured size of the unit's transformed values (:func:`value_bytes`, on up
+    to three sampled rows); ``held_bytes`` is the weight of the ready rows plus
+    the rows taken for the chunk being yielded (``out_bytes``, released when
+    the chunk ends).
+    """
 
     def __init__(self, n: int) -> None:
         self.values: list[list[Any]] = [[] for _ in range(n)]
@@ -124,23 +176,55 @@ class RowFeed:
         self.read = [0] * n
         self.error: list[BaseException | None] = [None] * n
         """Per split: the error of its first failing row; nothing after it is kept."""
+        self._weights: list[deque[list[float]]] = [deque() for _ in range(n)]
+        """Per split: runs ``[rows, bytes per row]`` of its ready rows, oldest first."""
+        self.ready_bytes = 0.0
+        self.out_bytes = 0.0
+
+    def held_bytes(self) -> int:
+        """Bytes of the rows this feed holds (ready, or taken for the current chunk)."""
+        return int(self.ready_bytes + self.out_bytes)
 
     def ready(self, i: int) -> int:
         return len(self.values[i]) - self.read[i]
 
-    def take(self, i: int, k: int) -> tuple[list[Any], list[int]]:
+    def take(self, i: int, k: int) -> tuple[list[Any], list[int], float]:
+        """The next ``k`` ready rows of split ``i``: values, positions, and their bytes."""
         r = self.read[i]
         vals, pos = self.values[i][r : r + k], self.positions[i][r : r + k]
-        r += k
+        # taken slots are cleared at once (a row the consumer dropped is not kept alive here);
+        # the list itself is compacted lazily, so taking one row at a time stays O(1)
+        self.values[i][r : r + len(vals)] = [None] * len(vals)
+        r += len(vals)
         if r > 4096 and r * 2 > len(self.values[i]):
             del self.values[i][:r]
             del self.positions[i][:r]
             r = 0
         self.read[i] = r
-        return vals, pos
+        return vals, pos, self._release(i, len(vals))
+
+    def _release(self, i: int, k: int) -> float:
+        """Drop the weights of split ``i``'s ``k`` oldest ready rows; their bytes."""
+        runs, weight = self._weights[i], 0.0
+        while k > 0 and runs:
+            run = runs[0]
+            used = min(k, int(run[0]))
+            weight += used * run[1]
+            k -= used
+            run[0] -= used
+            if run[0] <= 0:
+                runs.popleft()
+        self.ready_bytes = max(0.0, self.ready_bytes - weight)
+        return weight
+
+    def _hold(self, i: int, rows: int, per_row: float) -> None:
+        if rows:
+            self._weights[i].append([float(rows), per_row])
+            self.ready_bytes += rows * per_row
 
     def distribute(self, unit: Unit, payload: RowPayload, counters: Counters) -> None:
         values, skipped, errors = payload.values, payload.skipped, payload.errors
+        per_row = max((unit.nbytes or 0) / max(1, unit.rows), sampled_bytes(values))
         added = 0
         for seg in unit.segments:
             i, first, count, off = seg.split, seg.first, seg.count, seg.offset
@@ -150,7 +234,9 @@ class RowFeed:
                 self.values[i].extend(values[off : off + count])
                 self.positions[i].extend(range(first, first + count))
                 added += count
+                self._hold(i, count, per_row)
                 continue
+            kept = 0
             for j in range(count):
                 k = off + j
                 if errors is not None and k in errors:
@@ -160,7 +246,9 @@ class RowFeed:
                     continue
                 self.values[i].append(values[k])
                 self.positions[i].append(first + j)
-                added += 1
+                kept += 1
+            added += kept
+            self._hold(i, kept, per_row)
         counters.add(ready_rows=added)
 
 
@@ -263,7 +351,7 @@ def iterate(
         if not fill(i):
             raise_if_failed(i)
             return
-        (value,), (position,) = feed.take(i, 1)
+        (value,), (position,), _ = feed.take(i, 1)
         progress.step(i, position)
         counters.add(ready_rows=-1, consumed_rows=1, rows_delivered=1)
         if count + 1 < target:
@@ -279,8 +367,10 @@ def iterate(
         if n == 1:
             rows = taken[0][0]
         else:
-            rows = list(itertools.chain.from_iterable(zip(*(vals for vals, _ in taken))))
-        progress.begin([pos for _, pos in taken])
+            rows = list(itertools.chain.from_iterable(zip(*(vals for vals, _, _ in taken))))
+        progress.begin([pos for _, pos, _ in taken])
+        weight = sum(w for _, _, w in taken)
+        feed.out_bytes += weight
         try:
             for j, row in enumerate(rows, 1):
                 progress.cursor = j
@@ -288,3 +378,5 @@ def iterate(
         finally:
             # The chunk's rows count as ready until handed out; statistics() adds the cursor live.
             progress.end(counters)
+            feed.out_bytes = max(0.0, feed.out_bytes - weight)
+            del rows, taken

@@ -8,7 +8,9 @@ Rules:
   back when the session ends.
 * Both modes assemble the same ``_fetch.Pipeline`` (:meth:`Session._pipeline`)
   with their own stage (``_rows`` / ``_packing``), read-ahead policy
-  (``_demand``) and start positions; packing reads each unit in row-id order.
+  (``_demand``), start positions and feed, whose buffered bytes count against
+  the byte budget (``read_ahead_bytes``) with the units in flight; packing
+  reads each unit in row-id order.
 * Progress is answered for any base state: the owned splits take the live
   cursor's values, every other split keeps the base's.
 * Packed splits the checkpoint projected first replay their documents up to
@@ -22,7 +24,7 @@ Rules:
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import KW_ONLY, dataclass, field, replace
 from typing import Any
 
@@ -64,9 +66,15 @@ class Session:
         return self._packed_items(self.start)
 
     def _pipeline(
-        self, stage: _fetch.Stage, want: _fetch.Want, start: list[int], *, sorted_reads: bool
+        self,
+        stage: _fetch.Stage,
+        want: _fetch.Want,
+        start: list[int],
+        *,
+        sorted_reads: bool,
+        buffered: Callable[[], int],
     ) -> _fetch.Pipeline:
-        """The one pipeline assembly of both modes."""
+        """The one pipeline assembly of both modes (``buffered``: the bytes the mode's feed holds)."""
         settings = self.settings
         self.pipeline = _fetch.Pipeline(
             reader=self.reader,
@@ -81,6 +89,10 @@ class Session:
             min_unit_rows=settings.read_batch_size,
             sorted_reads=sorted_reads,
             hook=self.hook,
+            read_ahead_bytes=settings.read_ahead_bytes,
+            buffered=buffered,
+            read_timeout=settings.read_timeout,
+            row_bytes_hint=settings.row_bytes_hint,
         )
         return self.pipeline
 
@@ -94,7 +106,9 @@ class Session:
         )
         queue_depth = settings.transform_queue_depth
         demand = RowDemand(feed, len(owned), settings.io_queue_depth, settings.read_batch_size, queue_depth)
-        pipeline = self._pipeline(stage, demand.want, positions, sorted_reads=False)
+        pipeline = self._pipeline(
+            stage, demand.want, positions, sorted_reads=False, buffered=feed.held_bytes
+        )
         yield from _rows.iterate(pipeline, feed, self.row_cursor, owned, counters)
 
     def _packed_items(self, start: PackedState) -> Iterator[Any]:
@@ -109,9 +123,11 @@ class Session:
         feed = _packing.PackFeed(streams, eos, counters)
         self.pack_cursor = _packing.PackCursor(streams)
         stage = _packing.make_doc_stage(settings.on_transform_error, counters)
-        demand = PackDemand(streams, length, settings.io_queue_depth)
+        demand = PackDemand(streams, length, settings.io_queue_depth, settings.read_ahead_bytes)
         consumed = [start.consumed[s] for s in owned]
-        pipeline = self._pipeline(stage, demand.want, consumed, sorted_reads=True)
+        pipeline = self._pipeline(
+            stage, demand.want, consumed, sorted_reads=True, buffered=feed.held_bytes
+        )
         yield from _packing.iterate(
             pipeline,
             feed,
@@ -120,6 +136,7 @@ class Session:
             pad=pad,
             budget=self.blocks_per_epoch // settings.num_splits,
             counters=counters,
+            read_ahead_bytes=settings.read_ahead_bytes,
             targets=[self.targets.get(s) for s in owned] if self.targets else None,
         )
 

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from ._checkpoint import Identity
 from ._faults import OnError
-from ._lance import column_kind, count_rows
+from ._lance import column_kind, count_rows, fixed_row_bytes
 from ._validate import check_parameters
 
 
@@ -52,6 +52,12 @@ class Settings:
     worker_info_override: Any
     keep_credentials: bool
     """``pickle_storage_credentials``."""
+    read_ahead_bytes: int
+    """The byte budget of what one iterator reads and transforms ahead (``None`` resolved)."""
+    read_timeout: float | None
+    """Seconds a storage read may make no progress; ``None``: never (``math.inf`` was passed)."""
+    row_bytes_hint: int | None
+    """Arrow bytes of one row when every read column has a fixed width (``None``: the pipeline probes)."""
     rows_hint: int
     """Rows after the filter, as counted at construction (sizes the permutation builder's memory)."""
 
@@ -76,30 +82,38 @@ class Settings:
         return self.transform_parallelism or os.cpu_count() or 1
 
 
-def settings_for(table: Any, arguments: dict[str, Any], keep_credentials: bool) -> Settings:
-    """Validate ``StreamingDataset(table, **arguments)`` and resolve its defaults.
+def settings_for(table: Any, arguments: dict[str, Any], keep_credentials: object) -> Settings:
+    """Validate ``StreamingDataset(table, **arguments)`` (``keep_credentials``:
+    ``pickle_storage_credentials``) and resolve its defaults.
 
     Raises:
-        TypeError: a parameter has the wrong type.
+        TypeError: a parameter has the wrong type (``table`` is not a LanceDB table).
         ValueError: a parameter is out of range or inconsistent.
     """
-    if not hasattr(table, "schema"):
-        raise TypeError(f"table must be a LanceDB table, got {type(table).__name__}")
+    if not (hasattr(table, "schema") and callable(getattr(table, "count_rows", None))):
+        raise TypeError(
+            f"table must be a LanceDB table (with .schema and .count_rows()), got {type(table).__name__}"
+        )
     rows_seen: list[int] = []
 
     def rows_after_filter() -> int:
         rows_seen.append(count_rows(table, arguments["filter"]))
         return rows_seen[-1]
 
-    checked = check_parameters(arguments, lambda name: column_kind(table, name), rows_after_filter)
+    given_all = {**arguments, "pickle_storage_credentials": keep_credentials}
+    checked = check_parameters(given_all, lambda name: column_kind(table, name), rows_after_filter)
     seed, columns = arguments["shuffle_seed"], arguments["columns"]
+    resolved_columns = list(columns) if columns is not None else None
     resolved: dict[str, Any] = {
         "num_splits": checked.num_splits,
         "shuffle_seed": random.randrange(2**32) if checked.draw_seed else int(seed or 0),
         "io_queue_depth": checked.io_queue_depth,
         "columns": list(columns) if columns is not None else None,
-        "keep_credentials": keep_credentials,
+        "keep_credentials": keep_credentials is True,
         "rows_hint": rows_seen[-1] if rows_seen else 0,
+        "read_ahead_bytes": checked.read_ahead_bytes,
+        "read_timeout": checked.read_timeout,
+        "row_bytes_hint": fixed_row_bytes(table, resolved_columns),
     }
     given = {f.name: arguments[f.name] for f in fields(Settings) if f.name not in resolved}
     return Settings(**given, **resolved)

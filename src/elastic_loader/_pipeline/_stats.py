@@ -3,7 +3,9 @@
 Rules: every update goes through one lock (pool threads add concurrently).
 A process that iterates inside a DataLoader worker also publishes its values
 into its own slot of a shared int64 array; readers add the local values and
-every *other* slot, so worker counters are summed, never last-writer-wins.
+every *other* slot, so worker counters are summed, never last-writer-wins. A
+worker of a later pass that takes a slot continues its cumulative values (it
+adds to what the slot's earlier worker left), so passes add up too.
 Cumulative counters (bytes, times, skips, deliveries) only grow; gauges
 (queue depths, unscanned rows, consumed rows) describe live iterations and
 are zero when nothing iterates. The shared array travels only to processes
@@ -107,6 +109,7 @@ class Counters:
         self._shared: Any = None
         self._slot: int | None = None
         self._baseline = dict.fromkeys(_CUMULATIVE, 0)
+        self._carried = dict.fromkeys(_CUMULATIVE, 0)
 
     # -- pickling: counters travel with the dataset, the lock and slot do not; the shared
     # array only to a process being started
@@ -121,6 +124,7 @@ class Counters:
         self._shared = state["shared"]
         self._slot = None
         self._baseline = dict.fromkeys(_CUMULATIVE, 0)
+        self._carried = dict.fromkeys(_CUMULATIVE, 0)
 
     def attach_shared(self, shared: Any) -> None:
         """Use ``shared`` (from :func:`new_shared`) for cross-process publishing."""
@@ -133,15 +137,18 @@ class Counters:
     def publish_as_worker(self, worker_id: int) -> None:
         """From now on, mirror this process's values into worker slot ``worker_id``.
 
-        The slot starts from zero for this process, so a slot holds what its
-        worker did since it started; cumulative counters pickled from the parent
-        stay local and are not published again.
+        The slot's cumulative values are carried on (what workers of earlier
+        passes did in that slot stays counted) and this process adds what it
+        does since it started; cumulative counters pickled from the parent stay
+        local and are not published again.
         """
         if self._shared is None or not 0 <= worker_id < MAX_WORKERS:
             return
         with self._lock:
             self._slot = worker_id
             self._baseline = {k: self._values[k] for k in _CUMULATIVE}
+            base = _HEADER + worker_id * _WIDTH
+            self._carried = {k: int(self._shared[base + _FIELDS.index(k)]) for k in _CUMULATIVE}
             self._publish()
 
     def _publish(self) -> None:
@@ -151,7 +158,7 @@ class Counters:
         for i, name in enumerate(_FIELDS):
             value = self._values[name]
             if name in _CUMULATIVE:
-                value -= self._baseline[name]
+                value += self._carried[name] - self._baseline[name]
             self._shared[base + i] = value
 
     def add(self, **deltas: int) -> None:

@@ -3,20 +3,29 @@
 Rules: every parameter is checked here, before any I/O, in a fixed order:
 types first (TypeError), then values (ValueError). The order and the
 exception classes follow spec/ERRORS.md; this module is an independent
-implementation and must not import elastic_loader.spec.
+implementation and must not import elastic_loader.spec. Every parameter has a
+range: integers end at int64's maximum unless a tighter bound is named, thread
+counts at ``MAX_THREADS``, and a packed block must fit in the byte budget, so
+no accepted value reaches an OverflowError or MemoryError later.
 """
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 from ._lance import EPOCH_PRIME
 
 SEED_LIMIT = 2**64
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+DEFAULT_READ_AHEAD_BYTES = 256 * 2**20
+DEFAULT_READ_TIMEOUT = 300.0
+MAX_READ_TIMEOUT = 10**9
+MAX_THREADS = 1024
+BLOCK_BYTES_PER_TOKEN = 16  # a packed token's input_ids and doc_ids entries
 
 
 def _is_int(value: object) -> bool:
@@ -35,6 +44,9 @@ class Checked:
     num_splits: int
     io_queue_depth: int
     draw_seed: bool
+    read_ahead_bytes: int
+    read_timeout: float | None
+    """Seconds; ``None``: never."""
 
 
 # Integer parameters in checking order: (name, may be None, minimum or None).
@@ -53,7 +65,9 @@ _INTS: tuple[tuple[str, bool, int | None], ...] = (
     ("pack_sequences", True, None),
     ("eos_id", True, None),
     ("pad_id", True, None),
+    ("read_ahead_bytes", True, 1),
 )
+_UPPER = {"shuffle_seed": SEED_LIMIT - 1, "epoch": SEED_LIMIT - 1, "transform_parallelism": MAX_THREADS}
 
 
 def _columns_ok(value: object) -> bool:
@@ -61,7 +75,13 @@ def _columns_ok(value: object) -> bool:
 
 
 def _worker_info_ok(value: object) -> bool:
-    return value is None or (hasattr(value, "id") and hasattr(value, "num_workers"))
+    if value is None:
+        return True
+    return _is_int(getattr(value, "id", None)) and _is_int(getattr(value, "num_workers", None))
+
+
+def _seconds_ok(value: object) -> bool:
+    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
 
 
 _OTHERS: tuple[tuple[str, Callable[[object], bool], str], ...] = (
@@ -71,7 +91,9 @@ _OTHERS: tuple[tuple[str, Callable[[object], bool], str], ...] = (
     ("transform", lambda v: v is None or callable(v), "None or a callable"),
     ("connection_factory", lambda v: v is None or callable(v), "None or a callable"),
     ("columns", _columns_ok, "None or a list of column names"),
-    ("worker_info_override", _worker_info_ok, "None or an object with .id and .num_workers"),
+    ("worker_info_override", _worker_info_ok, "None or an object with int .id and .num_workers"),
+    ("read_timeout", _seconds_ok, "None or a number of seconds"),
+    ("pickle_storage_credentials", lambda v: v is None or isinstance(v, bool), "a bool"),
 )
 
 
@@ -101,14 +123,15 @@ def check_parameters(
             stacklevel=5,
         )
         io_queue_depth = p["prefetch_batches"]
-    for name, _, minimum in _INTS:
-        value = p[name]
-        if minimum is not None and isinstance(value, int) and value < minimum:
-            raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    _check_ranges(p)
     num_splits = _check_topology(p)
     assert isinstance(io_queue_depth, int)
-    _need(io_queue_depth > 0, f"io_queue_depth must be > 0, got {io_queue_depth}")
-    _check_packing(p, num_splits, column_kind)
+    _need(
+        0 < io_queue_depth <= MAX_THREADS,
+        f"io_queue_depth must be in [1, {MAX_THREADS}] (threads), got {io_queue_depth}",
+    )
+    budget = DEFAULT_READ_AHEAD_BYTES if p["read_ahead_bytes"] is None else cast(int, p["read_ahead_bytes"])
+    _check_packing(p, num_splits, column_kind, budget)
     mode = p["on_transform_error"]
     _need(
         mode in ("raise", "skip", "warn") or callable(mode),
@@ -124,7 +147,33 @@ def check_parameters(
         f"the table has {rows} rows (after filter), fewer than num_splits={num_splits}; "
         "every split needs at least one row",
     )
-    return Checked(num_splits, io_queue_depth, p["shuffle_seed"] is None)
+    timeout = DEFAULT_READ_TIMEOUT if p["read_timeout"] is None else float(cast(float, p["read_timeout"]))
+    seconds = None if timeout == math.inf else timeout
+    return Checked(num_splits, io_queue_depth, p["shuffle_seed"] is None, budget, seconds)
+
+
+def _check_ranges(p: dict[str, object]) -> None:
+    """Integer ranges in parameter order, then ``read_timeout`` and ``worker_info_override``."""
+    for name, _, minimum in _INTS:
+        value = p[name]
+        if minimum is None or not isinstance(value, int):
+            continue
+        maximum = _UPPER.get(name, INT64_MAX)
+        _need(minimum <= value <= maximum, f"{name} must be in [{minimum}, {maximum}], got {value}")
+    timeout = p["read_timeout"]
+    if timeout is not None:
+        assert isinstance(timeout, (int, float))
+        _need(
+            0 < timeout <= MAX_READ_TIMEOUT or timeout == math.inf,
+            f"read_timeout must be > 0 and <= {MAX_READ_TIMEOUT} seconds (or math.inf), got {timeout}",
+        )
+    info: Any = p["worker_info_override"]
+    if info is not None:
+        workers, worker = info.num_workers, info.id
+        _need(
+            1 <= workers <= INT64_MAX and 0 <= worker < workers,
+            f"worker_info_override needs 0 <= id < num_workers, got id={worker}, num_workers={workers}",
+        )
 
 
 def _check_types(p: dict[str, object]) -> None:
@@ -186,7 +235,9 @@ def _check_columns(columns: Sequence[str], column_kind: Callable[[str], str | No
         _need(column_kind(name) is not None, f"unknown column {name!r}")
 
 
-def _check_packing(p: dict[str, object], num_splits: int, column_kind: Callable[[str], str | None]) -> None:
+def _check_packing(
+    p: dict[str, object], num_splits: int, column_kind: Callable[[str], str | None], budget: int
+) -> None:
     pack = p["pack_sequences"]
     bpe = p["blocks_per_epoch"]
     if pack is None:
@@ -194,6 +245,11 @@ def _check_packing(p: dict[str, object], num_splits: int, column_kind: Callable[
         return
     assert isinstance(pack, int)
     _need(pack > 0, f"pack_sequences must be > 0, got {pack}")
+    _need(
+        pack * BLOCK_BYTES_PER_TOKEN <= budget,
+        f"a block of pack_sequences={pack} tokens takes {pack * BLOCK_BYTES_PER_TOKEN} bytes (input_ids "
+        f"and doc_ids), more than read_ahead_bytes={budget}; raise read_ahead_bytes or pack shorter blocks",
+    )
     _need(p["eos_id"] is not None, "eos_id is required when pack_sequences is set")
     _need(p["pad_id"] is not None, "pad_id is required when pack_sequences is set")
     for name in ("eos_id", "pad_id"):
@@ -205,6 +261,7 @@ def _check_packing(p: dict[str, object], num_splits: int, column_kind: Callable[
         _need(_is_int(bpe), f"blocks_per_epoch must be a positive int or 'auto', got {bpe!r}")
         assert isinstance(bpe, int)
         _need(bpe > 0, f"blocks_per_epoch must be > 0, got {bpe}")
+        _need(bpe <= INT64_MAX, f"blocks_per_epoch must fit in int64, got {bpe}")
         _need(
             bpe % num_splits == 0,
             f"blocks_per_epoch ({bpe}) must be divisible by num_splits ({num_splits})",

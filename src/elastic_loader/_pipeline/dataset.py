@@ -121,7 +121,15 @@ class StreamingDataset(StatisticsView, IterableDataset[Any]):
         prefetch_batches: deprecated alias of ``io_queue_depth``.
         pickle_storage_credentials: also pickle secret storage options (keys,
             tokens) for worker processes; by default workers use their
-            environment or ``connection_factory``.
+            environment or ``connection_factory``. Must be a bool.
+        read_ahead_bytes: byte budget of the rows (packing: tokens) one
+            iterator (one rank, or one DataLoader worker) reads and transforms
+            ahead of its consumer; ``None``: 256 MiB. A row weighs the larger of
+            its Arrow size and its transformed value's (docs/PIPELINE.md). A
+            block (``pack_sequences * 16`` bytes) must fit in it.
+        read_timeout: seconds a storage read may make no progress before the
+            iterator raises ``TimeoutError`` naming the table; ``None``: 300,
+            ``math.inf``: never.
 
     Raises:
         TypeError: a parameter has the wrong type.
@@ -156,6 +164,8 @@ class StreamingDataset(StatisticsView, IterableDataset[Any]):
         worker_info_override: Any = None,
         prefetch_batches: int | None = None,
         pickle_storage_credentials: bool = False,
+        read_ahead_bytes: int | None = None,
+        read_timeout: float | None = None,
     ) -> None:
         super().__init__()
         arguments = dict(locals())

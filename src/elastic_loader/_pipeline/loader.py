@@ -183,6 +183,20 @@ def _all_have(have: bool, group: Any) -> bool:
     return bool(flag.item())
 
 
+def _check_sync(sync_epoch_end: object) -> None:
+    """``sync_epoch_end`` must be a bool, ``None`` or a ``torch.distributed`` process group."""
+    if sync_epoch_end is None or isinstance(sync_epoch_end, bool):
+        return
+    import torch.distributed as dist
+
+    group = getattr(dist, "ProcessGroup", None)
+    if group is None or not isinstance(sync_epoch_end, group):
+        raise TypeError(
+            "sync_epoch_end must be True, False, None or a torch.distributed process group, got "
+            f"{sync_epoch_end!r}"
+        )
+
+
 class _CommitIterator:
     """Wraps torch's iterator; commits each batch's checkpoint when the batch is returned."""
 
@@ -318,7 +332,8 @@ class StreamingDataLoader(DataLoader[Any]):
     checkpoints stay exact. Every rank must then call ``next`` equally often.
 
     Raises:
-        TypeError: ``dataset`` is not a ``StreamingDataset`` (or overrides ``__iter__``).
+        TypeError: ``dataset`` is not a ``StreamingDataset`` (or overrides ``__iter__``), or
+            ``sync_epoch_end`` is neither a bool, ``None`` nor a process group.
         ValueError: an unsupported option is set.
     """
 
@@ -347,6 +362,7 @@ class StreamingDataLoader(DataLoader[Any]):
         ):
             kwargs["multiprocessing_context"] = default_context()
         self._streaming_dataset = dataset
+        _check_sync(sync_epoch_end)
         self._sync = None if sync_epoch_end is False or sync_epoch_end is None else sync_epoch_end
         adapter = _Adapter(dataset)
         super().__init__(adapter, *args, **kwargs)

@@ -2,14 +2,20 @@
 
 Rules: every check is one row of ``_INT_PARAMS`` or one ``require`` below, in
 the order an implementation must apply them; the first failure wins. The table
-is abstracted as :class:`TableFacts`.
+is abstracted as :class:`TableFacts`. Every parameter has a type and a range:
+integers are bounded above as well as below (``_MAXIMA``, else int64), so no
+accepted value overflows a machine integer, a thread count or the byte budget.
+A ``None`` default of a keyword the reference lacks (``read_ahead_bytes``,
+``read_timeout``, ``pickle_storage_credentials``) stands for "not passed": the
+implementation's default.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from .errors import SpecTypeError, SpecValueError, require
 
@@ -17,6 +23,16 @@ EPOCH_PRIME = 100003
 """``shuffle_seed + epoch * EPOCH_PRIME`` seeds the backend shuffle (R2.1 in spec/REFERENCE.md)."""
 DEFAULT_READ_BATCH_SIZE = 64
 DEFAULT_IO_QUEUE_DEPTH = 4
+DEFAULT_READ_AHEAD_BYTES = 256 * 2**20
+"""The byte budget of what one iterator reads and transforms ahead of its consumer (D40)."""
+DEFAULT_READ_TIMEOUT = 300
+"""Seconds a storage read may make no progress before the iterator raises (D41)."""
+MAX_READ_TIMEOUT = 10**9
+"""The largest finite ``read_timeout`` (``math.inf``: never time out)."""
+MAX_THREADS = 1024
+"""The largest thread count of a pool (``io_queue_depth``, ``transform_parallelism``)."""
+BLOCK_BYTES_PER_TOKEN = 16
+"""Bytes one token of a packed block takes: its ``input_ids`` and ``doc_ids`` entries (int64 each)."""
 SEED_LIMIT = 2**64
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 ERROR_MODES = ("raise", "skip", "warn")
@@ -79,6 +95,12 @@ class Params:
     connection_factory: object = None
     worker_info_override: object = None
     prefetch_batches: object = None
+    read_ahead_bytes: object = None
+    """``None``: :data:`DEFAULT_READ_AHEAD_BYTES`."""
+    read_timeout: object = None
+    """``None``: :data:`DEFAULT_READ_TIMEOUT` seconds."""
+    pickle_storage_credentials: object = None
+    """``None``: not passed (``False``)."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +112,9 @@ class Resolved:
     draws_seed: bool
     """``shuffle_seed=None``: the implementation draws one seed in ``[0, 2**32)``."""
     warnings: tuple[str, ...] = field(default=())
+    read_ahead_bytes: int = DEFAULT_READ_AHEAD_BYTES
+    read_timeout: int | float | None = DEFAULT_READ_TIMEOUT
+    """Seconds; ``None``: reads never time out (``read_timeout=math.inf``)."""
 
 
 def _is_int(value: object) -> bool:
@@ -112,7 +137,28 @@ _INT_PARAMS: tuple[tuple[str, bool, int | None], ...] = (
     ("pack_sequences", True, None),
     ("eos_id", True, None),
     ("pad_id", True, None),
+    ("read_ahead_bytes", True, 1),
 )
+
+_MAXIMA: Mapping[str, int] = {
+    "shuffle_seed": SEED_LIMIT - 1,
+    "epoch": SEED_LIMIT - 1,
+    "transform_parallelism": MAX_THREADS,
+}
+"""Upper bounds of the integer parameters with a minimum; the others end at int64's maximum."""
+
+
+def _seconds_ok(value: object) -> bool:
+    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
+
+
+def _worker_info_ok(value: object) -> bool:
+    if value is None:
+        return True
+    if not (hasattr(value, "id") and hasattr(value, "num_workers")):
+        return False
+    return _is_int(value.id) and _is_int(value.num_workers)
+
 
 # (name, predicate, description) for every non-integer parameter.
 _OTHER_TYPES: tuple[tuple[str, Callable[[object], bool], str], ...] = (
@@ -126,11 +172,9 @@ _OTHER_TYPES: tuple[tuple[str, Callable[[object], bool], str], ...] = (
         lambda v: v is None or (isinstance(v, (list, tuple)) and all(isinstance(c, str) for c in v)),
         "None or a list of column names",
     ),
-    (
-        "worker_info_override",
-        lambda v: v is None or (hasattr(v, "id") and hasattr(v, "num_workers")),
-        "None or an object with .id and .num_workers",
-    ),
+    ("worker_info_override", _worker_info_ok, "None or an object with int .id and .num_workers"),
+    ("read_timeout", _seconds_ok, "None or a number of seconds"),
+    ("pickle_storage_credentials", lambda v: v is None or isinstance(v, bool), "a bool"),
 )
 
 
@@ -147,12 +191,33 @@ def _check_types(p: Params) -> None:
             raise SpecTypeError(f"{name}_type", f"{name} must be {what}, got {value!r}")
 
 
-def _check_minimums(p: Params) -> None:
+def _check_ranges(p: Params) -> None:
     for name, _, minimum in _INT_PARAMS:
         value = getattr(p, name)
         if minimum is not None and value is not None:
             assert isinstance(value, int)
-            require(value >= minimum, f"{name}_out_of_range", f"{name} must be >= {minimum}, got {value}")
+            maximum = _MAXIMA.get(name, INT64_MAX)
+            require(
+                minimum <= value <= maximum,
+                f"{name}_out_of_range",
+                f"{name} must be in [{minimum}, {maximum}], got {value}",
+            )
+    timeout = p.read_timeout
+    if timeout is not None:
+        assert isinstance(timeout, (int, float))
+        require(
+            0 < timeout <= MAX_READ_TIMEOUT or timeout == math.inf,
+            "read_timeout_out_of_range",
+            f"read_timeout must be > 0 and <= {MAX_READ_TIMEOUT} seconds (or math.inf), got {timeout}",
+        )
+    info: Any = p.worker_info_override
+    if info is not None:
+        workers, worker = info.num_workers, info.id
+        require(
+            1 <= workers <= INT64_MAX and 0 <= worker < workers,
+            "worker_info_override_out_of_range",
+            f"worker_info_override needs 0 <= id < num_workers, got id={worker}, num_workers={workers}",
+        )
 
 
 def _check_packing(p: Params, num_splits: int, table: TableFacts) -> None:
@@ -166,6 +231,14 @@ def _check_packing(p: Params, num_splits: int, table: TableFacts) -> None:
         return
     assert isinstance(pack, int)
     require(pack > 0, "pack_sequences_not_positive", "pack_sequences must be > 0")
+    budget = DEFAULT_READ_AHEAD_BYTES if p.read_ahead_bytes is None else p.read_ahead_bytes
+    assert isinstance(budget, int)
+    require(
+        pack * BLOCK_BYTES_PER_TOKEN <= budget,
+        "pack_sequences_exceeds_budget",
+        f"a block of pack_sequences={pack} tokens takes {pack * BLOCK_BYTES_PER_TOKEN} bytes, more than "
+        f"read_ahead_bytes={budget}",
+    )
     require(p.eos_id is not None, "eos_id_required", "eos_id is required with pack_sequences")
     require(p.pad_id is not None, "pad_id_required", "pad_id is required with pack_sequences")
     for name in ("eos_id", "pad_id"):
@@ -178,6 +251,7 @@ def _check_packing(p: Params, num_splits: int, table: TableFacts) -> None:
         require(_is_int(bpe), "blocks_per_epoch_type", "blocks_per_epoch must be a positive int or 'auto'")
         assert isinstance(bpe, int)
         require(bpe > 0, "blocks_per_epoch_not_positive", "blocks_per_epoch must be > 0")
+        require(bpe <= INT64_MAX, "blocks_per_epoch_out_of_range", "blocks_per_epoch must fit in int64")
         require(
             bpe % num_splits == 0,
             "blocks_per_epoch_not_divisible",
@@ -211,7 +285,7 @@ def validate_params(p: Params, table: TableFacts) -> Resolved:
         warnings.append("prefetch_batches_deprecated")
         io_queue_depth = p.prefetch_batches
     assert isinstance(io_queue_depth, int)
-    _check_minimums(p)
+    _check_ranges(p)
     world_size, rank = p.world_size, p.rank
     assert isinstance(world_size, int) and isinstance(rank, int)
     require(rank < world_size, "rank_out_of_range", f"rank ({rank}) must be < world_size ({world_size})")
@@ -237,7 +311,11 @@ def validate_params(p: Params, table: TableFacts) -> Resolved:
             "shuffle_seed_out_of_range",
             "shuffle_seed + epoch * 100003 must be < 2**64",
         )
-    require(io_queue_depth > 0, "io_queue_depth_out_of_range", "io_queue_depth must be > 0")
+    require(
+        0 < io_queue_depth <= MAX_THREADS,
+        "io_queue_depth_out_of_range",
+        f"io_queue_depth must be in [1, {MAX_THREADS}]",
+    )
     _check_packing(p, num_splits, table)
     mode = p.on_transform_error
     require(
@@ -258,4 +336,14 @@ def validate_params(p: Params, table: TableFacts) -> Resolved:
         "fewer_rows_than_splits",
         f"{table.rows} rows cannot fill {num_splits} splits of at least one row",
     )
-    return Resolved(num_splits, io_queue_depth, seed is None, tuple(warnings))
+    budget = DEFAULT_READ_AHEAD_BYTES if p.read_ahead_bytes is None else p.read_ahead_bytes
+    timeout = DEFAULT_READ_TIMEOUT if p.read_timeout is None else p.read_timeout
+    assert isinstance(budget, int) and isinstance(timeout, (int, float))
+    return Resolved(
+        num_splits,
+        io_queue_depth,
+        seed is None,
+        tuple(warnings),
+        budget,
+        None if timeout == math.inf else timeout,
+    )

@@ -231,6 +231,38 @@ def test_wrong_row_count_is_a_value_error_in_every_mode(multi_table: Any, mode: 
         list(ds)
 
 
+ALL_MODES = ["raise", "skip", "warn", lambda exc: True]
+
+
+def stop_at_five(batch: pa.RecordBatch) -> list[int]:
+    values = batch.column("id").to_pylist()
+    if 5 in values:
+        raise StopIteration  # inside a generator's caller this would end the epoch silently
+    return values
+
+
+@pytest.mark.parametrize("mode", ALL_MODES, ids=["raise", "skip", "warn", "callable"])
+def test_stop_iteration_from_a_transform_is_an_error_in_every_mode(multi_table: Any, mode: Any) -> None:
+    """Issue 13: StopIteration under "skip" ended the epoch with 236 of 240 rows, no error."""
+    ds = StreamingDataset(multi_table, num_splits=2, transform=stop_at_five, on_transform_error=mode)
+    with pytest.raises(RuntimeError, match="StopIteration") as info:
+        list(ds)
+    assert isinstance(info.value.__cause__, StopIteration)
+    assert ds.rows_skipped == 0
+
+
+@pytest.mark.parametrize("mode", ALL_MODES, ids=["raise", "skip", "warn", "callable"])
+@pytest.mark.parametrize("output", [None, 3, 2.5], ids=["None", "int", "float"])
+def test_an_output_that_is_not_one_item_per_row_is_a_type_error_in_every_mode(
+    multi_table: Any, mode: Any, output: object
+) -> None:
+    """Issue 13: returning None or an int under "skip" skipped every row (an empty epoch)."""
+    ds = StreamingDataset(multi_table, num_splits=2, transform=lambda b: output, on_transform_error=mode)
+    with pytest.raises(TypeError, match=f"transform returned {type(output).__name__}, not one item"):
+        list(ds)
+    assert ds.rows_skipped == 0
+
+
 def test_base_exceptions_are_never_handled(multi_table: Any) -> None:
     class Stop(BaseException):
         pass

@@ -27,8 +27,30 @@ FUZZ = settings(
 
 ROWS = 96
 HOSTILE: tuple[object, ...] = (
-    None, -1, 0, 1, 3, 2**31, 2**63 - 1, 2**63, 2**64, -(2**63) - 1, 1.5, math.nan, math.inf,
-    "", "0", "x", True, False, [], [0], {}, {"0": 1}, b"1", object(),
+    None,
+    -1,
+    0,
+    1,
+    3,
+    2**31,
+    2**63 - 1,
+    2**63,
+    2**64,
+    -(2**63) - 1,
+    1.5,
+    math.nan,
+    math.inf,
+    "",
+    "0",
+    "x",
+    True,
+    False,
+    [],
+    [0],
+    {},
+    {"0": 1},
+    b"1",
+    object(),
 )
 
 

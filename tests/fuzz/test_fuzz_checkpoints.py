@@ -20,8 +20,7 @@ from typing import Any
 
 import pytest
 from fuzz_support import FUZZ, HOSTILE, ROWS, build_table
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from elastic_loader import StreamingDataLoader, StreamingDataset, merge_state_dicts
 

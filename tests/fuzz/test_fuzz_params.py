@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 from fuzz_support import FUZZ, HOSTILE, ROWS, build_table
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from elastic_loader import StreamingDataset
 from elastic_loader.spec import params as spec_params
@@ -18,10 +17,27 @@ from elastic_loader.spec.errors import SpecError
 
 KINDS: dict[str, spec_params.ColumnKind] = {"id": "scalar", "tokens": "int_list"}
 NAMES = [
-    "num_splits", "shuffle", "shuffle_seed", "rank", "world_size", "epoch", "read_batch_size",
-    "io_queue_depth", "columns", "shuffle_clump_size", "transform_parallelism", "pack_sequences",
-    "eos_id", "pad_id", "blocks_per_epoch", "transform_queue_depth", "read_ahead_bytes", "read_timeout",
-    "pickle_storage_credentials", "prefetch_batches", "on_transform_error",
+    "num_splits",
+    "shuffle",
+    "shuffle_seed",
+    "rank",
+    "world_size",
+    "epoch",
+    "read_batch_size",
+    "io_queue_depth",
+    "columns",
+    "shuffle_clump_size",
+    "transform_parallelism",
+    "pack_sequences",
+    "eos_id",
+    "pad_id",
+    "blocks_per_epoch",
+    "transform_queue_depth",
+    "read_ahead_bytes",
+    "read_timeout",
+    "pickle_storage_credentials",
+    "prefetch_batches",
+    "on_transform_error",
 ]
 GOOD: dict[str, tuple[object, ...]] = {
     "columns": (["id"], ["tokens"], ["tokens", "id"]),

@@ -57,7 +57,13 @@ def report_dropped(
         return
     counters.add(rows_skipped=len(dropped))
     if on_error == "warn":
-        logger.warning("skipped %d of %d %s (first error: %r)", len(dropped), total, what, dropped[0])
+        logger.warning(
+            "Skipped %d of %d %s whose transform failed (first error: %r)",
+            len(dropped),
+            total,
+            what,
+            dropped[0],
+        )
 
 
 def isolate(

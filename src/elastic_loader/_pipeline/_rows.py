@@ -93,7 +93,7 @@ def make_row_stage(
             raise StageError(
                 ValueError(
                     f"transform returned {len(rows)} rows for a batch of {expected}; a transform must "
-                    "return exactly one item per input row (raise to drop a bad row with "
+                    "return exactly one output row per input row (raise to drop a bad row with "
                     "on_transform_error='skip')"
                 )
             )

@@ -106,9 +106,7 @@ class Session:
         )
         queue_depth = settings.transform_queue_depth
         demand = RowDemand(feed, len(owned), settings.io_queue_depth, settings.read_batch_size, queue_depth)
-        pipeline = self._pipeline(
-            stage, demand.want, positions, sorted_reads=False, buffered=feed.held_bytes
-        )
+        pipeline = self._pipeline(stage, demand.want, positions, sorted_reads=False, buffered=feed.held_bytes)
         yield from _rows.iterate(pipeline, feed, self.row_cursor, owned, counters)
 
     def _packed_items(self, start: PackedState) -> Iterator[Any]:
@@ -125,9 +123,7 @@ class Session:
         stage = _packing.make_doc_stage(settings.on_transform_error, counters)
         demand = PackDemand(streams, length, settings.io_queue_depth, settings.read_ahead_bytes)
         consumed = [start.consumed[s] for s in owned]
-        pipeline = self._pipeline(
-            stage, demand.want, consumed, sorted_reads=True, buffered=feed.held_bytes
-        )
+        pipeline = self._pipeline(stage, demand.want, consumed, sorted_reads=True, buffered=feed.held_bytes)
         yield from _packing.iterate(
             pipeline,
             feed,

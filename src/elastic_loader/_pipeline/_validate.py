@@ -11,6 +11,7 @@ no accepted value reaches an OverflowError or MemoryError later.
 
 from __future__ import annotations
 
+import logging
 import math
 import warnings
 from collections.abc import Callable, Sequence
@@ -117,18 +118,16 @@ def check_parameters(
     _check_types(p)
     io_queue_depth = p["io_queue_depth"]
     if p["prefetch_batches"] is not None:
-        warnings.warn(
-            "prefetch_batches is deprecated; use io_queue_depth",
-            DeprecationWarning,
-            stacklevel=5,
-        )
+        message = "prefetch_batches is deprecated; use io_queue_depth (prefetch_batches will go away)"
+        logging.getLogger("elastic_loader").warning(message)  # the reference logs it; we also warn
+        warnings.warn(message, DeprecationWarning, stacklevel=5)
         io_queue_depth = p["prefetch_batches"]
     _check_ranges(p)
     num_splits = _check_topology(p)
     assert isinstance(io_queue_depth, int)
     _need(
         0 < io_queue_depth <= MAX_THREADS,
-        f"io_queue_depth must be in [1, {MAX_THREADS}] (threads), got {io_queue_depth}",
+        f"io_queue_depth must be greater than 0 and <= {MAX_THREADS} (threads), got {io_queue_depth}",
     )
     budget = DEFAULT_READ_AHEAD_BYTES if p["read_ahead_bytes"] is None else cast(int, p["read_ahead_bytes"])
     _check_packing(p, num_splits, column_kind, budget)
@@ -159,13 +158,18 @@ def _check_ranges(p: dict[str, object]) -> None:
         if minimum is None or not isinstance(value, int):
             continue
         maximum = _UPPER.get(name, INT64_MAX)
-        _need(minimum <= value <= maximum, f"{name} must be in [{minimum}, {maximum}], got {value}")
+        low = "greater than 0" if minimum == 1 else f">= {minimum}"  # the reference's wording for 1
+        _need(
+            minimum <= value <= maximum,
+            f"{name} must be {low} and <= {maximum} ([{minimum}, {maximum}]), got {value}",
+        )
     timeout = p["read_timeout"]
     if timeout is not None:
         assert isinstance(timeout, (int, float))
         _need(
             0 < timeout <= MAX_READ_TIMEOUT or timeout == math.inf,
-            f"read_timeout must be > 0 and <= {MAX_READ_TIMEOUT} seconds (or math.inf), got {timeout}",
+            f"read_timeout must be greater than 0 and <= {MAX_READ_TIMEOUT} seconds (or math.inf), "
+            f"got {timeout}",
         )
     info: Any = p["worker_info_override"]
     if info is not None:
@@ -244,7 +248,7 @@ def _check_packing(
         _need(bpe is None, "blocks_per_epoch requires pack_sequences")
         return
     assert isinstance(pack, int)
-    _need(pack > 0, f"pack_sequences must be > 0, got {pack}")
+    _need(pack > 0, f"pack_sequences must be greater than 0, got {pack}")
     _need(
         pack * BLOCK_BYTES_PER_TOKEN <= budget,
         f"a block of pack_sequences={pack} tokens takes {pack * BLOCK_BYTES_PER_TOKEN} bytes (input_ids "
@@ -258,9 +262,9 @@ def _check_packing(
         _need(INT64_MIN <= value <= INT64_MAX, f"{name} must fit in int64, got {value}")
     _need(bpe is not None, "blocks_per_epoch is required when pack_sequences is set (an int or 'auto')")
     if bpe != "auto":
-        _need(_is_int(bpe), f"blocks_per_epoch must be a positive int or 'auto', got {bpe!r}")
+        _need(_is_int(bpe), f"blocks_per_epoch must be a positive integer or 'auto', got {bpe!r}")
         assert isinstance(bpe, int)
-        _need(bpe > 0, f"blocks_per_epoch must be > 0, got {bpe}")
+        _need(bpe > 0, f"blocks_per_epoch must be greater than 0, got {bpe}")
         _need(bpe <= INT64_MAX, f"blocks_per_epoch must fit in int64, got {bpe}")
         _need(
             bpe % num_splits == 0,

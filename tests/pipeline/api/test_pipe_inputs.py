@@ -164,7 +164,19 @@ def test_only_true_pickles_storage_credentials(monkeypatch: pytest.MonkeyPatch, 
 def test_every_fuzzed_kwarg_set_agrees_with_the_spec_class(multi_table: Any) -> None:
     """A sweep of hostile values for every keyword: the same class as the spec, never another one."""
     hostile: tuple[object, ...] = (
-        -1, 0, 2**31, 2**63, 2**64, 1.5, math.inf, math.nan, "1", True, None, [], object()
+        -1,
+        0,
+        2**31,
+        2**63,
+        2**64,
+        1.5,
+        math.inf,
+        math.nan,
+        "1",
+        True,
+        None,
+        [],
+        object(),
     )
     names = [f.name for f in spec_params.Params.__dataclass_fields__.values()]
     for name in names:

@@ -173,7 +173,7 @@ def test_warn_mode_logs_skipped_documents_with_the_first_error(
         list(ds)
     messages = [r.getMessage() for r in caplog.records if r.name == "elastic_loader"]
     assert len(messages) == 1, messages
-    assert "skipped 3 of 30 documents" in messages[0] and "null token" in messages[0], messages
+    assert "Skipped 3 of 30 documents" in messages[0] and "null token" in messages[0], messages
     assert ds.rows_skipped == 3
 
 

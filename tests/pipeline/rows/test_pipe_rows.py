@@ -98,7 +98,7 @@ def test_a_columnar_output_is_rejected_with_its_reason(multi_table: Any, kind: s
 def test_a_wrong_row_count_names_both_counts_and_the_way_to_drop_a_row(multi_table: Any) -> None:
     """R5.2: a ValueError in every mode; every read batch has 8 rows (200 rows, one unit)."""
     expected = (
-        "transform returned 7 rows for a batch of 8; a transform must return exactly one item per "
+        "transform returned 7 rows for a batch of 8; a transform must return exactly one output row per "
         "input row (raise to drop a bad row with on_transform_error='skip')"
     )
     ds = StreamingDataset(

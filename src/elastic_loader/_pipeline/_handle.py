@@ -38,6 +38,10 @@ class TableHandle:
         """An epoch was built over table ``version``; ``reader`` (if any) reads it."""
         self._version, self._reader = version, reader
 
+    def use(self, reader: Reader) -> None:
+        """Read through ``reader`` until the next epoch (tests wrap the epoch's reader to count reads)."""
+        self._reader = reader
+
     def reader(self) -> Reader:
         """The reader of the current epoch, opened on first use."""
         if self._reader is None:

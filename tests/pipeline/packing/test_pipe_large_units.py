@@ -57,14 +57,14 @@ def test_units_of_thousands_of_documents_follow_the_spec(
         read_batch_size=2048,
     )
     calls: list[int] = []
-    inner = ds._reader
+    inner = ds._handle.reader()
 
     class Counting(Reader):
         def take(self, row_ids: np.ndarray, columns: list[str] | None) -> pa.Table:
             calls.append(len(row_ids))
             return inner.take(row_ids, columns)
 
-    ds._reader_cache = Counting()
+    ds._handle.use(Counting())
     got = [tuple(block["input_ids"].tolist()) for block in ds]
     assert len(got) == len(model.blocks) == budget
     assert got == [b.input_ids for b in model.blocks]

@@ -55,8 +55,8 @@ class CountingReader(Reader):
 
 
 def counted(ds: StreamingDataset) -> CountingReader:
-    reader = CountingReader(ds._reader)
-    ds._reader_cache = reader
+    reader = CountingReader(ds._handle.reader())
+    ds._handle.use(reader)
     return reader
 
 

@@ -341,7 +341,7 @@ def merge_on_two_ranks(rank: int, init_file: str, uri: str, out_dir: str) -> Non
         next(iterator)
     merged = merged_state_dict(dataset)
     if rank == 1:
-        dataset._invalidate("a failure injected by the test")  # as after a failed batch
+        dataset._gate.after_failure("a failure injected by the test")  # as after a failed batch
     try:
         merged_state_dict(dataset)
         error = None

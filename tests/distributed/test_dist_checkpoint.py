@@ -97,7 +97,7 @@ def test_merged_state_dict_in_one_process(database: Database) -> None:
     for _ in range(7):
         next(iterator)
     assert merged_state_dict(dataset) == dataset.state_dict()
-    dataset._invalidate("a failure injected by the test")  # as after a failed batch
+    dataset._gate.after_failure("a failure injected by the test")  # as after a failed batch
     with pytest.raises(RuntimeError, match="rank 0: RuntimeError: checkpointing is disabled"):
         merged_state_dict(dataset)
 

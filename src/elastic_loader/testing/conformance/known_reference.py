@@ -303,6 +303,9 @@ _PARAMS_FAILURES: Mapping[str, tuple[str, ...]] = {
         "row_worker_info_override_str_worker",
     ),
     D3_VALUES: (
+        "packing_blocks_per_epoch_2pow63",
+        "row_worker_info_override_worker_info_0_of_0",
+        "row_worker_info_override_worker_info_2_of_2",
         "row_columns_list_text_text",
         "row_columns_empty_list",
         "row_columns_list_missing",

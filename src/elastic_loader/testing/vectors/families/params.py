@@ -133,7 +133,7 @@ def _value_label(value: object) -> str:
     if value is CALLABLE:
         return "callable"
     if isinstance(value, WorkerInfo):
-        return "worker_info"
+        return f"worker_info_{_int_label(value.id)}_of_{_int_label(value.num_workers)}"
     if isinstance(value, str):
         safe = "".join(c if c.isalnum() else "_" for c in value.lower())
         return f"str_{safe}" + ("_uppercase" if value != value.lower() else "")
@@ -366,6 +366,8 @@ _WRONG_TYPES: tuple[tuple[str, tuple[object, ...]], ...] = (
     ("connection_factory", ("db",)),
     ("columns", ("text", [1], ["text", None])),
     ("worker_info_override", (1, "worker")),
+    ("read_timeout", ("30", True)),
+    ("pickle_storage_credentials", ("false", 1)),
 )
 """Keywords other than the integer ones, and values of a wrong type for each."""
 
@@ -399,6 +401,11 @@ _ROW_FAULTS: tuple[tuple[str, object], ...] = (
     ("blocks_per_epoch", "auto"),
     ("pack_sequences", 0),
     ("epoch", 2**64 // 100003 + 1),
+    ("read_ahead_bytes", 0),
+    ("read_timeout", 0),
+    ("read_timeout", -1.5),
+    ("worker_info_override", WorkerInfo(2, 2)),
+    ("worker_info_override", WorkerInfo(0, 0)),
 )
 """Out-of-range or inconsistent values on the row base set."""
 
@@ -436,6 +443,8 @@ _PACKING_FAULTS: tuple[tuple[str, object], ...] = (
     ("columns", []),
     ("num_splits", 3),
     ("on_transform_error", "fail"),
+    ("blocks_per_epoch", 2**63),
+    ("read_ahead_bytes", 128),
 )
 """Packing requirements broken on the packing base set."""
 

@@ -361,3 +361,10 @@ def test_templated_codes_found_by_sweeping_are_documented() -> None:
     assert len(templated) > 25, f"the sweep should reach the templated codes, reached {sorted(templated)}"
     missing = sorted(seen - set(documented_codes()))
     assert not missing, f"codes raised by the model but not listed in spec/ERRORS.md: {missing}"
+
+
+def test_the_readmes_count_the_invariants() -> None:
+    """README.md and spec/README.md say how many invariants there are; the number follows the table."""
+    count = len(invariants.INVARIANT_NAMES)
+    assert f"states {count} named invariants" in (ROOT / "README.md").read_text()
+    assert f"The {count} named guarantees" in (SPEC_DOCS / "README.md").read_text()

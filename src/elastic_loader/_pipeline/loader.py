@@ -197,6 +197,18 @@ def _check_sync(sync_epoch_end: object) -> None:
         )
 
 
+def _shut_down(shutdown: Callable[[], None]) -> None:
+    """Stop torch's workers. A worker that dies abnormally while it is being stopped (a native
+    library aborting at process exit) is logged, not raised: what it held was never delivered,
+    so the committed progress is exact and the next iteration reads it again."""
+    try:
+        shutdown()
+    except RuntimeError as exc:
+        if "DataLoader worker" not in str(exc):
+            raise
+        logger.warning("a DataLoader worker died while it was being shut down: %s", exc)
+
+
 class _CommitIterator:
     """Wraps torch's iterator; commits each batch's checkpoint when the batch is returned."""
 
@@ -271,7 +283,7 @@ class _CommitIterator:
         shutdown = None if self._persistent else getattr(self._inner, "_shutdown_workers", None)
         try:
             if shutdown is not None:
-                shutdown()
+                _shut_down(shutdown)
             else:
                 fetcher = getattr(self._inner, "_dataset_fetcher", None)
                 close = getattr(getattr(fetcher, "dataset_iter", None), "close", None)

@@ -189,51 +189,26 @@ def cases() -> list[CaseDef]:
     return [*_first_sessions(), *_resumed_sessions(), *_pass_cases(), *_partial_cases(), *_error_cases()]
 
 
+_FIRST: tuple[tuple[str, str, Job, Shape, int, int], ...] = (
+    # name, description, job, shape, batches, rank
+    ("row_two_workers", "rank 0 of 2, 2 workers, 3 batches of 1: rank 1's splits exact",
+     ROW_JOB, Shape(2, 2, 1), 3, 0),
+    ("row_in_process", "rank 1 of 2 without workers, 2 batches of 2", ROW_JOB, Shape(2, 0, 2), 2, 1),
+    ("row_four_ranks", "rank 2 of 4, one split each, 3 batches", ROW_JOB, Shape(4, 0, 1), 3, 2),
+    ("row_skipping_unknown", "skipping transforms: rank 0 cannot know rank 1's splits once they moved",
+     SKIP_JOB, Shape(2, 0, 2), 2, 0),
+    ("row_skipping_nothing_moved", "skipping transforms but no batch taken: nothing is unknown",
+     SKIP_JOB, Shape(2, 0, 2), 0, 0),
+    ("packed_two_workers", "packed, rank 1 of 2 with 2 workers: rank 0's splits projected",
+     PACKED_JOB, Shape(2, 2, 1), 3, 1),
+    ("packed_in_process", "packed, rank 0 of 2, 5 batches of 1", PACKED_JOB, Shape(2, 0, 1), 5, 0),
+)  # fmt: skip
+"""Sessions from the start of the epoch, a row each."""
+
+
 def _first_sessions() -> list[CaseDef]:
     """Sessions from the start of the epoch."""
-    return [
-        _of_session(
-            "row_two_workers",
-            "rank 0 of 2, 2 workers, 3 batches of 1: rank 1's splits exact",
-            ROW_JOB,
-            Shape(2, 2, 1),
-            3,
-            0,
-        ),
-        _of_session(
-            "row_in_process", "rank 1 of 2 without workers, 2 batches of 2", ROW_JOB, Shape(2, 0, 2), 2, 1
-        ),
-        _of_session(
-            "row_four_ranks", "rank 2 of 4, one split each, 3 batches", ROW_JOB, Shape(4, 0, 1), 3, 2
-        ),
-        _of_session(
-            "row_skipping_unknown",
-            "skipping transforms: rank 0 cannot know rank 1's splits once they moved",
-            SKIP_JOB,
-            Shape(2, 0, 2),
-            2,
-            0,
-        ),
-        _of_session(
-            "row_skipping_nothing_moved",
-            "skipping transforms but no batch taken: nothing is unknown",
-            SKIP_JOB,
-            Shape(2, 0, 2),
-            0,
-            0,
-        ),
-        _of_session(
-            "packed_two_workers",
-            "packed, rank 1 of 2 with 2 workers: rank 0's splits projected",
-            PACKED_JOB,
-            Shape(2, 2, 1),
-            3,
-            1,
-        ),
-        _of_session(
-            "packed_in_process", "packed, rank 0 of 2, 5 batches of 1", PACKED_JOB, Shape(2, 0, 1), 5, 0
-        ),
-    ]
+    return [_of_session(*row) for row in _FIRST]
 
 
 def _resumed_sessions() -> list[CaseDef]:
@@ -241,46 +216,22 @@ def _resumed_sessions() -> list[CaseDef]:
     row = session(ROW_JOB, Shape(2, 2, 1), 3)
     packed = session(PACKED_JOB, Shape(2, 0, 1), 3)
     skip = session(SKIP_JOB, Shape(2, 0, 2), 2)
-    on_four = Shape(4, 0, 1)
-    same = Shape(2, 2, 1)
-    return [
-        _of_session(
-            "row_resumed_on_four_ranks",
-            "rank 0's checkpoint of 2 ranks resumed on 4; rank 3's checkpoint after 2 batches",
-            ROW_JOB,
-            on_four,
-            2,
-            3,
-            resumed(ROW_JOB, row, Protocol.ONE_RANK, on_four),
-        ),
-        _of_session(
-            "row_resumed_on_the_same_shape",
-            "resumed on the same 2 ranks of 2 workers: the cursor goes on",
-            ROW_JOB,
-            same,
-            3,
-            1,
-            resumed(ROW_JOB, row, Protocol.ONE_RANK, same, saver=1),
-        ),
-        _of_session(
-            "packed_resumed_from_projections",
-            "packed: rank 1's checkpoint of 2 ranks, resumed on 4 (projections replayed)",
-            PACKED_JOB,
-            on_four,
-            2,
-            0,
-            resumed(PACKED_JOB, packed, Protocol.ONE_RANK, on_four, saver=1),
-        ),
-        _of_session(
-            "row_stale_unknown_start",
-            "each rank reloaded its own checkpoint with unknown splits: they stay unknown",
-            SKIP_JOB,
-            Shape(2, 0, 2),
-            1,
-            0,
-            resumed(SKIP_JOB, skip, Protocol.OWN, Shape(2, 0, 2)),
-        ),
-    ]
+    on_four, same, skipping = Shape(4, 0, 1), Shape(2, 2, 1), Shape(2, 0, 2)
+    rows = (
+        # name, description, job, shape, batches, rank, start
+        ("row_resumed_on_four_ranks",
+         "rank 0's checkpoint of 2 ranks resumed on 4; rank 3's checkpoint after 2 batches",
+         ROW_JOB, on_four, 2, 3, resumed(ROW_JOB, row, Protocol.ONE_RANK, on_four)),
+        ("row_resumed_on_the_same_shape", "resumed on the same 2 ranks of 2 workers: the cursor goes on",
+         ROW_JOB, same, 3, 1, resumed(ROW_JOB, row, Protocol.ONE_RANK, same, saver=1)),
+        ("packed_resumed_from_projections",
+         "packed: rank 1's checkpoint of 2 ranks, resumed on 4 (projections replayed)",
+         PACKED_JOB, on_four, 2, 0, resumed(PACKED_JOB, packed, Protocol.ONE_RANK, on_four, saver=1)),
+        ("row_stale_unknown_start",
+         "each rank reloaded its own checkpoint with unknown splits: they stay unknown",
+         SKIP_JOB, skipping, 1, 0, resumed(SKIP_JOB, skip, Protocol.OWN, skipping)),
+    )  # fmt: skip
+    return [_of_session(*r) for r in rows]
 
 
 def _passes(

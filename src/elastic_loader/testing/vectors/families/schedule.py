@@ -323,77 +323,47 @@ def _round_robin_cases() -> list[CaseDef]:
     ]
 
 
+_PASS_TABLE: tuple[tuple[str, str, tuple[int, ...], tuple[int, ...], tuple[int, ...]], ...] = (
+    # name, description, counts, caps, (world_size, rank, num_workers, batch_size, batches, rotation)
+    ("pass_in_process", "rank 1 of 2 without workers, 3 batches of 2 from a mid-cycle start",
+     (2, 2, 1, 0), (5, 5, 5, 5), (2, 1, 0, 2, 3, 0)),
+    ("pass_two_workers", "rank 0 of 2 with 2 workers, 3 batches of 1",
+     (0, 0, 0, 0), (5, 5, 5, 5), (2, 0, 2, 1, 3, 0)),
+    ("pass_rotated", "the same with torch worker 0 in role 1",
+     (0, 1, 0, 0), (5, 5, 5, 5), (2, 0, 2, 1, 3, 1)),
+    ("pass_a_worker_runs_dry", "rank 0's worker over split 0 ends after 1 item; the other worker goes on",
+     (0, 0, 0, 0), (1, 4, 4, 4), (2, 0, 2, 1, 4, 0)),
+    ("pass_partial_last_batch", "batches of 3 over a worker with 4 items: a full batch and a partial one",
+     (0, 0, 0, 0), (2, 2, 2, 2), (2, 1, 2, 3, 9, 0)),
+    ("error_pass_rotation_beyond_workers", "a rotation is a role below num_workers",
+     (0, 0), (2, 2), (1, 0, 2, 1, 1, 2)),
+    ("error_pass_negative_batches", "a pass delivers a number of batches",
+     (0, 0), (2, 2), (1, 0, 0, 1, -1, 0)),
+    ("error_pass_batch_size_zero", "batches hold an item at least",
+     (0, 0), (2, 2), (1, 0, 0, 0, 1, 0)),
+    ("error_pass_workers_do_not_divide_splits", "3 workers cannot share 2 splits",
+     (0, 0), (2, 2), (1, 0, 3, 1, 1, 0)),
+)  # fmt: skip
+"""The ``simulate_pass`` cases, one row each; the ``error_`` rows are listed with the other errors."""
+
+_PASS_SCALARS = _FIELDS["simulate_pass"][2:]
+
+
+def _pass(name: str, description: str, counts: Sequence[int], caps: Sequence[int], **scalars: int) -> CaseDef:
+    return _case(name, description, "simulate_pass", counts=counts, caps=caps, **scalars)
+
+
+def _pass_rows(errors: bool) -> list[CaseDef]:
+    return [
+        _pass(name, description, counts, caps, **dict(zip(_PASS_SCALARS, scalars)))
+        for name, description, counts, caps, scalars in _PASS_TABLE
+        if name.startswith("error_") == errors
+    ]
+
+
 def _pass_cases() -> list[CaseDef]:
     """One rank's counts after a loader pass, and its next role."""
-    f = "simulate_pass"
-    common = {"world_size": 2}
-    return [
-        _case(
-            "pass_in_process",
-            "rank 1 of 2 without workers, 3 batches of 2 from a mid-cycle start",
-            f,
-            counts=[2, 2, 1, 0],
-            caps=[5, 5, 5, 5],
-            rank=1,
-            num_workers=0,
-            batch_size=2,
-            batches=3,
-            rotation=0,
-            **common,
-        ),
-        _case(
-            "pass_two_workers",
-            "rank 0 of 2 with 2 workers, 3 batches of 1",
-            f,
-            counts=[0, 0, 0, 0],
-            caps=[5, 5, 5, 5],
-            rank=0,
-            num_workers=2,
-            batch_size=1,
-            batches=3,
-            rotation=0,
-            **common,
-        ),
-        _case(
-            "pass_rotated",
-            "the same with torch worker 0 in role 1",
-            f,
-            counts=[0, 1, 0, 0],
-            caps=[5, 5, 5, 5],
-            rank=0,
-            num_workers=2,
-            batch_size=1,
-            batches=3,
-            rotation=1,
-            **common,
-        ),
-        _case(
-            "pass_a_worker_runs_dry",
-            "rank 0's worker over split 0 ends after 1 item; the other worker goes on",
-            f,
-            counts=[0, 0, 0, 0],
-            caps=[1, 4, 4, 4],
-            rank=0,
-            num_workers=2,
-            batch_size=1,
-            batches=4,
-            rotation=0,
-            **common,
-        ),
-        _case(
-            "pass_partial_last_batch",
-            "batches of 3 over a worker with 4 items: a full batch and a partial one",
-            f,
-            counts=[0, 0, 0, 0],
-            caps=[2, 2, 2, 2],
-            rank=1,
-            num_workers=2,
-            batch_size=3,
-            batches=9,
-            rotation=0,
-            **common,
-        ),
-    ]
+    return _pass_rows(errors=False)
 
 
 def _error_cases() -> list[CaseDef]:
@@ -421,58 +391,7 @@ def _error_cases() -> list[CaseDef]:
         _case(
             "error_negative_batches", "batches are not negative", "round_robin_turns", turns=[1], batches=-1
         ),
-        _case(
-            "error_pass_rotation_beyond_workers",
-            "a rotation is a role below num_workers",
-            "simulate_pass",
-            counts=[0, 0],
-            caps=[2, 2],
-            world_size=1,
-            rank=0,
-            num_workers=2,
-            batch_size=1,
-            batches=1,
-            rotation=2,
-        ),
-        _case(
-            "error_pass_negative_batches",
-            "a pass delivers a number of batches",
-            "simulate_pass",
-            counts=[0, 0],
-            caps=[2, 2],
-            world_size=1,
-            rank=0,
-            num_workers=0,
-            batch_size=1,
-            batches=-1,
-            rotation=0,
-        ),
-        _case(
-            "error_pass_batch_size_zero",
-            "batches hold an item at least",
-            "simulate_pass",
-            counts=[0, 0],
-            caps=[2, 2],
-            world_size=1,
-            rank=0,
-            num_workers=0,
-            batch_size=0,
-            batches=1,
-            rotation=0,
-        ),
-        _case(
-            "error_pass_workers_do_not_divide_splits",
-            "3 workers cannot share 2 splits",
-            "simulate_pass",
-            counts=[0, 0],
-            caps=[2, 2],
-            world_size=1,
-            rank=0,
-            num_workers=3,
-            batch_size=1,
-            batches=1,
-            rotation=0,
-        ),
+        *_pass_rows(errors=True),
     ]
 
 
@@ -511,10 +430,9 @@ def _random_cases() -> list[CaseDef]:
         pass_counts = [rng.randint(0, 2) for _ in range(splits)]
         pass_caps = [c + rng.randint(0, 3) for c in pass_counts]
         out.append(
-            _case(
+            _pass(
                 f"random_pass_{seed:02d}",
                 desc,
-                "simulate_pass",
                 counts=pass_counts,
                 caps=pass_caps,
                 world_size=world_size,

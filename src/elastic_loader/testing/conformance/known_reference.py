@@ -142,6 +142,33 @@ _OTHER_VIOLATIONS: Mapping[str, KnownViolation] = {
 
 # ---------------------------------------------------------------- vector cases, by family and reason
 
+_MALFORMED_FIELDS: tuple[str, ...] = (
+    "error_row_samples_not_a_list",
+    "error_row_samples_bool_legacy",
+    "error_row_samples_holds_string",
+    "error_row_samples_holds_bool",
+    "error_row_samples_holds_float",
+    "error_row_positions_not_a_list",
+    "error_packed_emitted_holds_null",
+    "error_pack_buffers_not_a_dict",
+    "error_buffer_not_a_dict",
+    "error_buffer_without_starts",
+    "error_buffer_tokens_not_a_list",
+    "error_buffer_token_is_bool",
+)
+"""Malformed progress and buffer fields, the same cases in ``merge`` and ``load``: taken as written (N2)."""
+
+_BUFFER_KEYS_AND_STARTS: tuple[str, ...] = (
+    "error_buffer_key_int_beyond_splits",
+    "error_buffer_key_bool",
+    "error_buffer_start_beyond_tokens",
+    "error_buffer_start_negative",
+    "error_buffer_start_in_empty_buffer",
+    "error_buffer_starts_unsorted",
+    "error_buffer_starts_repeated",
+)
+"""Buffer keys and starts both families let through (N6), after the key cases each lists itself."""
+
 _MERGE_FAILURES: Mapping[str, tuple[str, ...]] = {
     D19: (
         "error_missing_epoch",
@@ -154,18 +181,7 @@ _MERGE_FAILURES: Mapping[str, tuple[str, ...]] = {
         "error_num_splits_not_int",
         "error_epoch_is_bool",
         "error_fingerprint_not_a_string",
-        "error_row_samples_not_a_list",
-        "error_row_samples_bool_legacy",
-        "error_row_samples_holds_string",
-        "error_row_samples_holds_bool",
-        "error_row_samples_holds_float",
-        "error_row_positions_not_a_list",
-        "error_packed_emitted_holds_null",
-        "error_pack_buffers_not_a_dict",
-        "error_buffer_not_a_dict",
-        "error_buffer_without_starts",
-        "error_buffer_tokens_not_a_list",
-        "error_buffer_token_is_bool",
+        *_MALFORMED_FIELDS,
     ),
     D6: (
         "row_legacy_int_and_list",
@@ -183,13 +199,7 @@ _MERGE_FAILURES: Mapping[str, tuple[str, ...]] = {
         "error_buffer_key_beyond_splits",
         "error_buffer_key_negative",
         "error_buffer_key_not_a_number",
-        "error_buffer_key_int_beyond_splits",
-        "error_buffer_key_bool",
-        "error_buffer_start_beyond_tokens",
-        "error_buffer_start_negative",
-        "error_buffer_start_in_empty_buffer",
-        "error_buffer_starts_unsorted",
-        "error_buffer_starts_repeated",
+        *_BUFFER_KEYS_AND_STARTS,
     ),
     D5: (
         "error_fingerprint_only_in_second",
@@ -216,20 +226,7 @@ _LOAD_FAILURES: Mapping[str, tuple[str, ...]] = {
         "error_missing_epoch",
         "error_epoch_differs_row_mode",
     ),
-    N2: (
-        "error_row_samples_not_a_list",
-        "error_row_samples_bool_legacy",
-        "error_row_samples_holds_string",
-        "error_row_samples_holds_bool",
-        "error_row_samples_holds_float",
-        "error_row_positions_not_a_list",
-        "error_packed_emitted_holds_null",
-        "error_pack_buffers_not_a_dict",
-        "error_buffer_not_a_dict",
-        "error_buffer_without_starts",
-        "error_buffer_tokens_not_a_list",
-        "error_buffer_token_is_bool",
-    ),
+    N2: (*_MALFORMED_FIELDS,),
     D6: (
         "error_row_samples_too_short",
         "error_row_positions_too_long",
@@ -249,13 +246,7 @@ _LOAD_FAILURES: Mapping[str, tuple[str, ...]] = {
         "error_buffer_key_twice",
         "error_buffer_key_beyond_splits",
         "error_buffer_key_negative",
-        "error_buffer_key_int_beyond_splits",
-        "error_buffer_key_bool",
-        "error_buffer_start_beyond_tokens",
-        "error_buffer_start_negative",
-        "error_buffer_start_in_empty_buffer",
-        "error_buffer_starts_unsorted",
-        "error_buffer_starts_repeated",
+        *_BUFFER_KEYS_AND_STARTS,
     ),
     D5: ("error_fingerprint_on_random_split_dataset",),
 }

@@ -27,10 +27,12 @@ class KnownViolation:
 
     machines: frozenset[str]
     """The machines whose exploration finds it at the CI settings (:func:`conformance_settings` defaults),
-    as ``tests/test_conformance.py`` runs them, after elastic-loader's run in the same process (two
-    runs of the whole file alike, 2026-12-01). Three runs of the reference alone in a fresh process
-    did not find the row machine's ``ResumeEquivalenceProp``, ``ExactlyOnceProp``,
-    ``ElasticDeterminismProp`` and ``ProtocolChainProp``; why the earlier run matters is not known."""
+    as ``tests/test_conformance.py`` runs them. The reference run alone in a fresh process and the
+    same run after elastic-loader's in one process find the same invariants on the same machines
+    (2026-12-01: the file's ``test_reference_breaks_exactly_the_pinned_invariants_and_vectors`` run
+    alone passes; ``run_conformance`` of the reference, alone and after the pipeline's, one
+    process each, gives identical ``found_by`` sets). An earlier note that the row machine's
+    results depended on the earlier run did not reproduce."""
     reason: str
     """The reference's weak point (B-id, ``spec/REFERENCE.md``) and our deviation (D-id) behind it."""
 

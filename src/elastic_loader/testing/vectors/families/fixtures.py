@@ -348,46 +348,28 @@ def _projection_faults(wrap: Wrap, row: dict[str, object], packed: dict[str, obj
     ]
 
 
+_CURSORS: tuple[tuple[str, str, object], ...] = (
+    # name, description, the cursor written into a row checkpoint
+    ("cursor_of_two_ranks", "a cursor of 2 ranks of 2 workers",
+     {"world_size": 2, "num_workers": 2, "next_roles": [1, 0]}),
+    ("error_cursor_not_a_dict", "a cursor is a dict", [1, 2, [0]]),
+    ("error_cursor_without_next_roles", "a cursor names the next roles", {"world_size": 1, "num_workers": 2}),
+    ("error_cursor_next_roles_not_a_list", "next_roles is a list",
+     {"world_size": 1, "num_workers": 2, "next_roles": 0}),
+    ("error_cursor_of_one_worker", "a cursor is recorded for 2 workers or more",
+     {"world_size": 1, "num_workers": 1, "next_roles": [0]}),
+    ("error_cursor_role_beyond_workers", "a next role is below num_workers",
+     {"world_size": 1, "num_workers": 2, "next_roles": [2]}),
+    ("error_cursor_role_per_rank", "one next role per rank",
+     {"world_size": 2, "num_workers": 2, "next_roles": [0]}),
+    ("error_cursor_workers_do_not_divide_splits", "3 workers cannot share the 4 splits of a rank",
+     {"world_size": 1, "num_workers": 3, "next_roles": [0]}),
+)  # fmt: skip
+
+
 def _cursor_faults(wrap: Wrap, row: dict[str, object]) -> list[CaseDef]:
     """``cursor``: a loader shape of at least 2 workers that divides the splits, one role per rank."""
-    return [
-        wrap(
-            "cursor_of_two_ranks",
-            "a cursor of 2 ranks of 2 workers",
-            with_extra(row, cursor={"world_size": 2, "num_workers": 2, "next_roles": [1, 0]}),
-        ),
-        wrap("error_cursor_not_a_dict", "a cursor is a dict", with_extra(row, cursor=[1, 2, [0]])),
-        wrap(
-            "error_cursor_without_next_roles",
-            "a cursor names the next roles",
-            with_extra(row, cursor={"world_size": 1, "num_workers": 2}),
-        ),
-        wrap(
-            "error_cursor_next_roles_not_a_list",
-            "next_roles is a list",
-            with_extra(row, cursor={"world_size": 1, "num_workers": 2, "next_roles": 0}),
-        ),
-        wrap(
-            "error_cursor_of_one_worker",
-            "a cursor is recorded for 2 workers or more",
-            with_extra(row, cursor={"world_size": 1, "num_workers": 1, "next_roles": [0]}),
-        ),
-        wrap(
-            "error_cursor_role_beyond_workers",
-            "a next role is below num_workers",
-            with_extra(row, cursor={"world_size": 1, "num_workers": 2, "next_roles": [2]}),
-        ),
-        wrap(
-            "error_cursor_role_per_rank",
-            "one next role per rank",
-            with_extra(row, cursor={"world_size": 2, "num_workers": 2, "next_roles": [0]}),
-        ),
-        wrap(
-            "error_cursor_workers_do_not_divide_splits",
-            "3 workers cannot share the 4 splits of a rank",
-            with_extra(row, cursor={"world_size": 1, "num_workers": 3, "next_roles": [0]}),
-        ),
-    ]
+    return [wrap(name, description, with_extra(row, cursor=cursor)) for name, description, cursor in _CURSORS]
 
 
 def _table_faults(wrap: Wrap, row: dict[str, object]) -> list[CaseDef]:

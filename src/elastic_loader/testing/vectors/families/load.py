@@ -131,69 +131,31 @@ def cases() -> list[CaseDef]:
 
 def _row_cases() -> list[CaseDef]:
     """Row checkpoints the model accepts: as written, legacy forms, extra keys, other key orders."""
-    return [
-        _case("row_snapshot", "a row checkpoint as written (in-memory form)", ROW_CONFIG, _ROW),
-        _case(
-            "row_fresh",
-            "a row checkpoint before any row",
-            ROW_CONFIG,
-            snapshot_row(ROW_CONFIG, initial_row_state(4)),
-        ),
-        _case(
-            "row_at_split_end",
-            "progress may reach the split end",
-            ROW_CONFIG,
-            changed(_ROW, positions_consumed_per_split=[5, 5, 5, 5], samples_consumed_per_split=[5, 4, 5, 3]),
-        ),
-        _case(
-            "row_legacy_int_samples",
-            "a legacy int count is a uniform list; positions default to it",
-            ROW_CONFIG,
-            without(changed(_ROW, samples_consumed_per_split=3), "positions_consumed_per_split"),
-        ),
-        _case(
-            "row_legacy_int_with_positions",
-            "a legacy int count with a positions list",
-            ROW_CONFIG,
-            changed(_ROW, samples_consumed_per_split=1),
-        ),
-        _case(
-            "row_positions_missing",
-            "without positions, positions equal samples",
-            ROW_CONFIG,
-            without(_ROW, "positions_consumed_per_split"),
-        ),
-        _case(
-            "row_positions_null",
-            "a null positions entry counts as missing",
-            ROW_CONFIG,
-            changed(_ROW, positions_consumed_per_split=None),
-        ),
-        _case(
-            "row_unknown_key_ignored",
-            "keys the format does not define are ignored",
-            ROW_CONFIG,
-            changed(_ROW, note="written by another tool"),
-        ),
-        _case(
-            "row_keys_in_other_order",
-            "key order does not matter on load",
-            ROW_CONFIG,
-            dict(reversed(list(_ROW.items()))),
-        ),
-        _case(
-            "row_with_fingerprint",
-            "a split_strategy dataset loads its own fingerprint",
-            STRATEGY_CONFIG,
-            _STRATEGY,
-        ),
-        _case(
-            "row_big_seed",
-            "a shuffle_seed near 2**64 compares exactly",
-            RunConfig(4, 2**64 - 2, 0),
-            snapshot_row(RunConfig(4, 2**64 - 2, 0), ROW_STATE),
-        ),
-    ]
+    big = RunConfig(4, 2**64 - 2, 0)
+    rows = (
+        ("row_snapshot", "a row checkpoint as written (in-memory form)", ROW_CONFIG, _ROW),
+        ("row_fresh", "a row checkpoint before any row", ROW_CONFIG,
+         snapshot_row(ROW_CONFIG, initial_row_state(4))),
+        ("row_at_split_end", "progress may reach the split end", ROW_CONFIG,
+         changed(_ROW, positions_consumed_per_split=[5, 5, 5, 5], samples_consumed_per_split=[5, 4, 5, 3])),
+        ("row_legacy_int_samples", "a legacy int count is a uniform list; positions default to it",
+         ROW_CONFIG,
+         without(changed(_ROW, samples_consumed_per_split=3), "positions_consumed_per_split")),
+        ("row_legacy_int_with_positions", "a legacy int count with a positions list", ROW_CONFIG,
+         changed(_ROW, samples_consumed_per_split=1)),
+        ("row_positions_missing", "without positions, positions equal samples", ROW_CONFIG,
+         without(_ROW, "positions_consumed_per_split")),
+        ("row_positions_null", "a null positions entry counts as missing", ROW_CONFIG,
+         changed(_ROW, positions_consumed_per_split=None)),
+        ("row_unknown_key_ignored", "keys the format does not define are ignored", ROW_CONFIG,
+         changed(_ROW, note="written by another tool")),
+        ("row_keys_in_other_order", "key order does not matter on load", ROW_CONFIG,
+         dict(reversed(list(_ROW.items())))),
+        ("row_with_fingerprint", "a split_strategy dataset loads its own fingerprint",
+         STRATEGY_CONFIG, _STRATEGY),
+        ("row_big_seed", "a shuffle_seed near 2**64 compares exactly", big, snapshot_row(big, ROW_STATE)),
+    )  # fmt: skip
+    return [_case(*row) for row in rows]
 
 
 def _packed_cases() -> list[CaseDef]:
@@ -238,27 +200,17 @@ def _packed_cases() -> list[CaseDef]:
 
 def _shape_cases() -> list[CaseDef]:
     """Not a checkpoint dict, or a required key missing."""
-    return [
-        _case("error_not_a_dict", "a checkpoint is a dict", ROW_CONFIG, [_ROW]),
-        _case("error_null", "a checkpoint is a dict", ROW_CONFIG, None),
-        _case("error_string", "a checkpoint is a dict", PACKED_CONFIG, "checkpoint"),
-        _case(
-            "error_missing_shuffle_seed",
-            "config keys are required",
-            ROW_CONFIG,
-            without(_ROW, "shuffle_seed"),
-        ),
-        _case(
-            "error_missing_num_splits", "config keys are required", ROW_CONFIG, without(_ROW, "num_splits")
-        ),
-        _case("error_missing_epoch", "config keys are required", ROW_CONFIG, without(_ROW, "epoch")),
-        _case(
-            "error_missing_pack_sequences",
-            "packing keys are required",
-            PACKED_CONFIG,
-            without(_PACKED, "pack_sequences"),
-        ),
-    ]
+    dict_, config, packing = "a checkpoint is a dict", "config keys are required", "packing keys are required"
+    rows = (
+        ("error_not_a_dict", dict_, ROW_CONFIG, [_ROW]),
+        ("error_null", dict_, ROW_CONFIG, None),
+        ("error_string", dict_, PACKED_CONFIG, "checkpoint"),
+        ("error_missing_shuffle_seed", config, ROW_CONFIG, without(_ROW, "shuffle_seed")),
+        ("error_missing_num_splits", config, ROW_CONFIG, without(_ROW, "num_splits")),
+        ("error_missing_epoch", config, ROW_CONFIG, without(_ROW, "epoch")),
+        ("error_missing_pack_sequences", packing, PACKED_CONFIG, without(_PACKED, "pack_sequences")),
+    )  # fmt: skip
+    return [_case(*row) for row in rows]
 
 
 def _config_mismatch_cases() -> list[CaseDef]:

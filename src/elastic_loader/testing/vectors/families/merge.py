@@ -257,38 +257,25 @@ def _shape_cases() -> list[CaseDef]:
 
 def _disagreement_cases() -> list[CaseDef]:
     """States whose config, packing parameters or fingerprints disagree."""
-    return [
-        _case("error_shuffle_seed_differs", "config keys must agree", [_ROW, changed(_ROW, shuffle_seed=1)]),
-        _case("error_num_splits_differs", "config keys must agree", [_ROW, changed(_ROW, num_splits=8)]),
-        _case("error_epoch_differs", "config keys must agree", [_ROW, changed(_ROW, epoch=0)]),
-        _case(
-            "error_pack_sequences_differs",
-            "packing keys must agree",
-            [_PACKED, changed(_PACKED, pack_sequences=2)],
-        ),
-        _case("error_eos_id_differs", "packing keys must agree", [_PACKED, changed(_PACKED, eos_id=3)]),
-        _case("error_pad_id_differs", "packing keys must agree", [_PACKED, changed(_PACKED, pad_id=3)]),
-        _case(
-            "error_blocks_per_epoch_differs",
-            "packing keys must agree",
-            [_PACKED, changed(_PACKED, blocks_per_epoch=4)],
-        ),
-        _case(
-            "error_fingerprint_only_in_second",
-            "the fingerprint is compared across all states",
-            [_ROW, snapshot_row(STRATEGY_CONFIG, ROW_STATE)],
-        ),
-        _case(
-            "error_fingerprint_only_in_first",
-            "the fingerprint is compared across all states",
-            [snapshot_row(STRATEGY_CONFIG, ROW_STATE), _ROW],
-        ),
-        _case(
-            "error_fingerprints_differ",
-            "the fingerprint is compared across all states",
-            [snapshot_row(STRATEGY_CONFIG, ROW_STATE), changed(_ROW, perm_fingerprint="f" * 64)],
-        ),
-    ]
+    config, packing, fingerprint = (
+        "config keys must agree",
+        "packing keys must agree",
+        "the fingerprint is compared across all states",
+    )
+    strategy = snapshot_row(STRATEGY_CONFIG, ROW_STATE)
+    rows = (
+        ("error_shuffle_seed_differs", config, _ROW, changed(_ROW, shuffle_seed=1)),
+        ("error_num_splits_differs", config, _ROW, changed(_ROW, num_splits=8)),
+        ("error_epoch_differs", config, _ROW, changed(_ROW, epoch=0)),
+        ("error_pack_sequences_differs", packing, _PACKED, changed(_PACKED, pack_sequences=2)),
+        ("error_eos_id_differs", packing, _PACKED, changed(_PACKED, eos_id=3)),
+        ("error_pad_id_differs", packing, _PACKED, changed(_PACKED, pad_id=3)),
+        ("error_blocks_per_epoch_differs", packing, _PACKED, changed(_PACKED, blocks_per_epoch=4)),
+        ("error_fingerprint_only_in_second", fingerprint, _ROW, strategy),
+        ("error_fingerprint_only_in_first", fingerprint, strategy, _ROW),
+        ("error_fingerprints_differ", fingerprint, strategy, changed(_ROW, perm_fingerprint="f" * 64)),
+    )  # fmt: skip
+    return [_case(name, description, [first, second]) for name, description, first, second in rows]
 
 
 def _invalid_config_cases() -> list[CaseDef]:

@@ -408,18 +408,29 @@ def _error_cases() -> list[CaseDef]:
     ]
 
 
+def _random_job(
+    seed: int, splits: tuple[int, ...], shortest: int, raising: bool, budget: tuple[int, int]
+) -> tuple[random.Random, Permutation, Corpus, Faults, tuple[int, ...], PackingConfig, PackedRun]:
+    """A seeded random job over one iterator that owns every split, and its run from the epoch start:
+    splits of ``shortest``..5 rows, raising rows only if ``raising``, ``budget`` blocks per split."""
+    rng = random.Random(seed)
+    s = rng.choice(splits)
+    perm = random_perm(rng, s, rng.randint(shortest, 5))
+    corpus = random_corpus(rng, s * len(perm[0]), rng.randint(1, 9))
+    skip_rate = rng.choice((0.0, 0.2))
+    faults = random_faults(rng, len(corpus), skip_rate, rng.choice((0.0, 0.04)) if raising else 0.0)
+    config = PackingConfig(rng.randint(2, 7), _EOS, _PAD, s * rng.randint(*budget))
+    owned = tuple(range(s))
+    prior = iterate_packed(perm, corpus_map(corpus), faults, owned, config, initial_packed_state(s))
+    return rng, perm, corpus, faults, owned, config, prior
+
+
 def _random_cases() -> list[CaseDef]:
     """Seeded random permutations, corpora, faults and configurations, resumed at a step boundary."""
     cases: list[CaseDef] = []
     for seed in range(8):
-        rng = random.Random(2000 + seed)
-        s = rng.choice((1, 2, 4))
-        perm = random_perm(rng, s, rng.randint(1, 5))
-        corpus = random_corpus(rng, s * len(perm[0]), rng.randint(1, 9))
-        faults = random_faults(rng, len(corpus), rng.choice((0.0, 0.2)), rng.choice((0.0, 0.04)))
-        config = PackingConfig(rng.randint(2, 7), _EOS, _PAD, s * rng.randint(1, 4))
-        owned = tuple(range(s))
-        prior = iterate_packed(perm, corpus_map(corpus), faults, owned, config, initial_packed_state(s))
+        rng, perm, corpus, faults, owned, config, prior = _random_job(2000 + seed, (1, 2, 4), 1, True, (1, 4))
+        s = len(owned)
         start = prior.state_after(s * rng.randint(0, max(0, len(prior.blocks) // s - 1)))
         description = f"random(seed={2000 + seed}): {s} splits, L={config.pack_sequences}"
         cases.append(_case(f"random_{seed:02d}", description, perm, corpus, faults, owned, config, start))
@@ -430,16 +441,13 @@ def _random_mid_step_cases() -> list[CaseDef]:
     """Seeded random jobs resumed after any number of blocks (mid-cycle starts catch up)."""
     cases: list[CaseDef] = []
     for seed in range(4):
-        rng = random.Random(2100 + seed)
-        s = rng.choice((2, 3, 4))
-        perm = random_perm(rng, s, rng.randint(2, 5))
-        corpus = random_corpus(rng, s * len(perm[0]), rng.randint(1, 9))
-        faults = random_faults(rng, len(corpus), rng.choice((0.0, 0.2)), 0.0)
-        config = PackingConfig(rng.randint(2, 7), _EOS, _PAD, s * rng.randint(2, 4))
-        owned = tuple(range(s))
-        prior = iterate_packed(perm, corpus_map(corpus), faults, owned, config, initial_packed_state(s))
+        rng, perm, corpus, faults, owned, config, prior = _random_job(
+            2100 + seed, (2, 3, 4), 2, False, (2, 4)
+        )
         start = prior.state_after(rng.randint(1, max(1, len(prior.blocks) - 1)))
-        description = f"random(seed={2100 + seed}): {s} splits, L={config.pack_sequences}, mid-cycle start"
+        description = (
+            f"random(seed={2100 + seed}): {len(owned)} splits, L={config.pack_sequences}, mid-cycle start"
+        )
         cases.append(
             _case(f"random_mid_step_{seed:02d}", description, perm, corpus, faults, owned, config, start)
         )

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from ._exports import lazy_exports
 
-if TYPE_CHECKING:  # the same names as _EXPORTS (tests/test_exports.py checks it)
+if TYPE_CHECKING:  # the same names as _EXPORTS (tests/meta/test_exports.py checks it)
     from ._pipeline._stats import Statistics as Statistics
     from ._pipeline.dataset import (
         DEFAULT_IO_QUEUE_DEPTH as DEFAULT_IO_QUEUE_DEPTH,

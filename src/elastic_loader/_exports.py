@@ -13,7 +13,7 @@ Rules:
   was imported. Pickles then name ``elastic_loader.StreamingDataset``, which
   the lazy ``__getattr__`` resolves.
 * Type checkers cannot follow the lazy loading, so each package also imports
-  its names under ``TYPE_CHECKING``; tests/test_exports.py keeps that listing
+  its names under ``TYPE_CHECKING``; tests/meta/test_exports.py keeps that listing
   equal to ``_EXPORTS``.
 
 This module imports only the standard library.

@@ -1,7 +1,7 @@
 """The optimized pipeline (private). Import the public names from :mod:`elastic_loader`.
 
 The pipeline implements the executable spec (:mod:`elastic_loader.spec`) without
-importing it (tests/test_layering.py checks this). Where a spec module decides
+importing it (tests/meta/test_layering.py checks this). Where a spec module decides
 something, the pipeline module below decides the same thing:
 
 =====================  ==============================================================

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from .._exports import lazy_exports
 
-if TYPE_CHECKING:  # the same names as _EXPORTS (tests/test_exports.py checks it)
+if TYPE_CHECKING:  # the same names as _EXPORTS (tests/meta/test_exports.py checks it)
     from .adapters import (
         DatasetLike as DatasetLike,
         Implementation as Implementation,

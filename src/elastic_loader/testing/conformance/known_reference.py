@@ -1,6 +1,6 @@
 """What ``lancedb.streaming`` is pinned to break under the conformance suite: data only.
 
-``tests/test_conformance.py`` fails when the reference breaks an invariant or a
+``tests/conformance/test_conformance.py`` fails when the reference breaks an invariant or a
 vector case not listed here, or stops breaking a listed one
 (:func:`compare_with_known`); each entry was observed by running the suite and
 is explained by the B-id of a weak point in ``spec/REFERENCE.md`` (our deviation D-id in
@@ -27,7 +27,7 @@ class KnownViolation:
 
     machines: frozenset[str]
     """The machines whose exploration finds it at the CI settings (:func:`conformance_settings` defaults),
-    as ``tests/test_conformance.py`` runs them. The reference run alone in a fresh process and the
+    as ``tests/conformance/test_conformance.py`` runs them. The reference run alone in a fresh process and the
     same run after elastic-loader's in one process find the same invariants on the same machines
     (2026-12-01: the file's ``test_reference_breaks_exactly_the_pinned_invariants_and_vectors`` run
     alone passes; ``run_conformance`` of the reference, alone and after the pipeline's, one

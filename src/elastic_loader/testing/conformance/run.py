@@ -81,7 +81,7 @@ def run_conformance(
         vectors_dir: where the vectors are (default: ``spec/vectors`` of the
             checkout, or ``$ELASTIC_LOADER_VECTORS``); when no files are found the
             cases are generated from the spec in memory (byte-identical, as
-            ``tests/test_vectors.py`` checks).
+            ``tests/conformance/test_vectors.py`` checks).
         progress: called with a :class:`ProgressEvent` for every example and case.
 
     Raises:

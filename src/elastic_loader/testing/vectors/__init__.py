@@ -17,7 +17,7 @@ Layout:
 * :mod:`.io` -- the files: generate, check, read (``python -m
   elastic_loader.testing.vectors generate|check``).
 
-pytest runs every ``build`` (``tests/test_vectors.py``); the generator writes
+pytest runs every ``build`` (``tests/conformance/test_vectors.py``); the generator writes
 what ``build`` returns. :func:`replay` computes a family's output from the JSON
 input alone, exactly what an outside implementation has to do; the model is
 the reference implementation of ``replay``. An outside implementation reads

@@ -30,7 +30,7 @@ from elastic_loader import spec
 from elastic_loader.spec import invariants
 from elastic_loader.spec.errors import SpecError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SPEC_DOCS = ROOT / "spec"
 TESTS = ROOT / "tests"
 SRC = ROOT / "src"

@@ -11,7 +11,7 @@
   one invariant on purpose: our pipeline with its checkpoint keys reversed.
 
 Machine runs are derandomized; example counts scale with the Hypothesis
-profile like ``tests/test_differential.py``.
+profile like ``tests/conformance/test_differential.py``.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from elastic_loader.testing.machines import CHECKED, NOT_CHECKED
 
 pytest_plugins = ["pytester"]
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 IN_PROCESS = ("row", "packed")
 

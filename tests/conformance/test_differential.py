@@ -6,7 +6,7 @@ implementation kept it. The reference is known to break some invariants on
 purpose or by accident (the B-ids of ``spec/REFERENCE.md``; the D-ids are our
 recorded deviations). They are pinned once, in the conformance suite's
 :data:`~elastic_loader.testing.conformance.KNOWN_REFERENCE_RESULTS`; the in-process
-machines' run of the reference against that pin is ``tests/test_conformance.py``,
+machines' run of the reference against that pin is ``tests/conformance/test_conformance.py``,
 and here the real-worker-process machine is held to it, so a test fails both when
 the reference breaks a new invariant and when it stops breaking a pinned one. Our
 pipeline is held to no violations at all.

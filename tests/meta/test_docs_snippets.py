@@ -21,7 +21,7 @@ import lancedb
 import pyarrow as pa
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
 
@@ -157,7 +157,7 @@ ALL = list(snippets())
 
 def test_every_snippet_has_a_context() -> None:
     missing = [f"{path} block {index}" for path, index, _ in ALL if (path, index) not in CONTEXTS]
-    assert not missing, f"python blocks without a context in tests/test_docs_snippets.py: {missing}"
+    assert not missing, f"python blocks without a context in tests/meta/test_docs_snippets.py: {missing}"
     stale = sorted(set(CONTEXTS) - {(path, index) for path, index, _ in ALL})
     assert not stale, f"contexts of blocks that no longer exist: {stale}"
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "elastic_loader"
+SRC = Path(__file__).resolve().parents[2] / "src" / "elastic_loader"
 FACADE_LIMIT = 350
 MODULE_LIMIT = 600
 FUNCTION_LIMIT = 80

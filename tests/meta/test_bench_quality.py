@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "quality.py"
+_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "quality.py"
 _SPEC = importlib.util.spec_from_file_location("bench_quality", _PATH)
 assert _SPEC is not None and _SPEC.loader is not None
 quality = importlib.util.module_from_spec(_SPEC)

@@ -19,7 +19,7 @@ import z3
 
 from elastic_loader.spec.invariants import INVARIANT_NAMES, InvariantViolation
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 

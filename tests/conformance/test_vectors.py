@@ -42,7 +42,7 @@ from elastic_loader.testing.vectors import (
     replay,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 VECTOR_DIR = ROOT / "spec" / "vectors"
 VECTORS_MD = ROOT / "spec" / "VECTORS.md"
 CASES = list(all_cases())

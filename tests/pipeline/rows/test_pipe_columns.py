@@ -68,6 +68,7 @@ def test_the_transform_batch_has_the_columns_order(table: Any, columns: list[str
     assert {row["keys"] for row in rows} == {",".join(columns)}
 
 
+@pytest.mark.slow  # a worker process (left out of the mutation runs, see setup.cfg)
 def test_a_worker_reads_the_columns_order(memory_multi_table: Any) -> None:
     """In a worker the ``memory://`` table is read from its pickled Arrow data (another reader)."""
     columns = ["name", "tokens", "id"]

@@ -208,9 +208,10 @@ def test_held_back_batch_is_not_counted(
     assert steps[0] >= 2 * usable_rank_0 // BATCH
     assert steps[0] < 2 * SPLIT_LEN // BATCH  # rank 1 had a batch left, held back
     _check_exact(results, splits, table_uri, skipped)
-    for result in results:  # the loader's entry holds the same dataset state
+    for result in results:  # the loader's entry holds the same dataset state; the job's epoch is over
         inner = json.loads(result["loader_state"]["elastic_loader"])
         assert inner["dataset"]["samples_consumed_per_split"] == result["state"]["samples_consumed_per_split"]
+        assert inner["epoch_finished"] is True
 
 
 def test_plain_dataloader_without_workers_counts_what_next_returned(

@@ -58,7 +58,7 @@ def report_dropped(
     counters.add(rows_skipped=len(dropped))
     if on_error == "warn":
         logger.warning(
-            "Skipped %d of %d %s whose transform failed (first error: %r)",
+            "Skipped %d of %d %s (first error: %r)",
             len(dropped),
             total,
             what,

@@ -60,7 +60,7 @@ from ...spec import (
     owned_splits,
 )
 from ...spec.saved import EXTRA_KEY, Saved, merge_saved, snapshot_saved
-from ..adapters import DatasetLike, Implementation, State
+from ..adapters import DatasetLike, Implementation, State, accepts
 from ..tables import TOKEN_COLUMN, FaultyTransform, TableCache
 from . import checkpoints, judges, loader, protocols
 from .judges import CHECKED, JUDGES, Verdicts
@@ -188,6 +188,12 @@ class DifferentialMachine(RuleBasedStateMachine):
         }
         if cfg.filter is not None:
             params["filter"] = cfg.filter
+        if cfg.local is not None:
+            from elastic_loader import LocalShuffle  # only an implementation that accepts it gets here
+
+            params["permutation"] = LocalShuffle(clump=cfg.clump, window=cfg.window)
+        elif cfg.permutation != "builder":
+            params["permutation"] = cfg.permutation
         if cfg.faults.mode != "none":
             params["on_transform_error"] = cfg.faults.mode
         if cfg.packing is None:
@@ -299,6 +305,8 @@ class DifferentialMachine(RuleBasedStateMachine):
         self._setup(config, plan)
 
     def _setup(self, config: MachineConfig, plan: SessionPlan) -> None:
+        if config.permutation != "builder" and not accepts(self.implementation, "permutation"):
+            config = replace(config, permutation="builder", clump=1, window=1)  # e.g. the reference
         self.cfg = config
         self.table = self.tables.table(config.table_key)
         self.model = epoch_model(config, self.tables, config.epoch)

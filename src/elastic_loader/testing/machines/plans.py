@@ -55,6 +55,11 @@ class PackingPlan:
     pad_id: int = -2
 
 
+PermutationKind = Literal["builder", "computed", "local"]
+PERMUTATIONS: tuple[PermutationKind, ...] = ("builder", "computed", "local")
+"""``StreamingDataset(permutation=...)`` kinds the machines draw (the builder first: the default)."""
+
+
 @dataclass(frozen=True)
 class MachineConfig:
     """Everything fixed for one example: the table, the permutation, faults and mode."""
@@ -69,6 +74,15 @@ class MachineConfig:
     columns: tuple[str, ...] | None = None
     faults: FaultPlan = FaultPlan()
     packing: PackingPlan | None = None
+    permutation: PermutationKind = "builder"
+    """``StreamingDataset(permutation=...)``; ``"local"`` is ``LocalShuffle(clump, window)``."""
+    clump: int = 1
+    window: int = 1
+
+    @property
+    def local(self) -> tuple[int, int] | None:
+        """``(clump, window)`` of a local permutation, else ``None``."""
+        return (self.clump, self.window) if self.permutation == "local" else None
 
     @property
     def table_key(self) -> TableKey:
@@ -125,7 +139,9 @@ def machine_configs(
     the ``FaultPlan`` modes to draw from)."""
     rows = draw(st.sampled_from(ROW_COUNTS))
     fragments = draw(st.integers(1, 3))
-    flt = draw(st.sampled_from(list(FILTERS)))
+    # The builder first (the default); a computed or local permutation shuffles every row, unfiltered.
+    kind: PermutationKind = draw(st.sampled_from(PERMUTATIONS))
+    flt = draw(st.sampled_from(list(FILTERS))) if kind == "builder" else None
     available = sum(1 for i in range(rows) if FILTERS[flt](i))
     # Simplest first: 4 and 2 splits (several ranks and workers fit), then the rest.
     preferred = sorted(range(1, max_splits + 1), key=lambda s: (s not in (4, 2), s != 4, s))
@@ -152,17 +168,21 @@ def machine_configs(
         )
     else:
         columns = draw(st.sampled_from(((ID_COLUMN,), None, (ID_COLUMN, TOKEN_COLUMN))))
+    local = (draw(st.integers(1, 6)), draw(st.integers(1, 6))) if kind == "local" else (1, 1)
     return MachineConfig(
         rows=rows,
         fragments=fragments,
         num_splits=num_splits,
-        shuffle=draw(st.booleans()),
+        shuffle=draw(st.booleans()) if kind == "builder" else True,
         shuffle_seed=draw(st.integers(0, 1000)),
         epoch=draw(st.integers(0, 3)),
         filter=flt,
         columns=columns,
         faults=FaultPlan(mode, ids),
         packing=plan,
+        permutation=kind,
+        clump=local[0],
+        window=local[1],
     )
 
 
@@ -229,12 +249,14 @@ def loader_plans() -> st.SearchStrategy[LoaderPlan]:
 
 __all__ = [
     "FILTERS",
+    "PERMUTATIONS",
     "PROTOCOLS",
     "ROW_COUNTS",
     "FaultPlan",
     "LoaderPlan",
     "MachineConfig",
     "PackingPlan",
+    "PermutationKind",
     "ProtocolName",
     "SessionPlan",
     "SimulatedWorker",

@@ -10,6 +10,8 @@ Rules:
   :func:`split_rows`, :func:`pickled` and :func:`unpickled` are the only places
   the dataset's code tells the two apart: the builder's row ids travel to
   workers once (``_rowfile``), a computed permutation pickles as itself.
+* With ``ELASTIC_LOADER_PERM_CACHE`` set, the builder's permutation (without
+  ``split_strategy``) is read from and written to that cache (``_permcache``).
 * ``blocks_per_epoch="auto"`` is estimated once per epoch from a seeded ~1%
   sample (``_packing.estimate_blocks``), with a ``UserWarning`` attributed to
   the caller of the constructor or of ``set_epoch``.
@@ -27,6 +29,7 @@ import numpy as np
 from ._checkpoint import PackedState, RowState, State
 from ._lance import Reader, SplitRows, build_permutation, reader_for
 from ._packing import estimate_blocks
+from ._permcache import cache_dir, cache_key, cached
 from ._positions import PositionPerm, build_positions
 from ._rowfile import Payload, RowFile, rows_of
 from ._settings import Settings
@@ -57,17 +60,32 @@ def build_epoch(table: Any, settings: Settings, epoch: int) -> Epoch:
             epoch=epoch,
         )
         return Epoch(perm, reader, _blocks(settings, reader, perm))
-    perm = build_permutation(
-        table,
-        num_splits=settings.num_splits,
-        shuffle=settings.shuffle,
-        shuffle_seed=settings.shuffle_seed,
-        epoch=epoch,
-        clump_size=settings.shuffle_clump_size,
-        filter=settings.filter,
-        split_strategy=settings.split_strategy,
-        rows_hint=settings.rows_hint,
-    )
+
+    def build() -> SplitRows:
+        return build_permutation(
+            table,
+            num_splits=settings.num_splits,
+            shuffle=settings.shuffle,
+            shuffle_seed=settings.shuffle_seed,
+            epoch=epoch,
+            clump_size=settings.shuffle_clump_size,
+            filter=settings.filter,
+            split_strategy=settings.split_strategy,
+            rows_hint=settings.rows_hint,
+        )
+
+    key = None
+    if settings.split_strategy is None and cache_dir() is not None:
+        key = cache_key(
+            table,
+            num_splits=settings.num_splits,
+            shuffle=settings.shuffle,
+            shuffle_seed=settings.shuffle_seed,
+            epoch=epoch,
+            clump_size=settings.shuffle_clump_size,
+            filter=settings.filter,
+        )
+    perm, _ = cached(key, settings.num_splits, build)
     reader = reader_for(table, perm.base_version)
     return Epoch(perm, reader, _blocks(settings, reader, perm))
 

@@ -15,7 +15,9 @@ runs in a fresh child process (so its peak RSS, ``ru_maxrss``, is its own) and r
 * ``worker``: ``StreamingDataLoader(ds, batch_size=1000, num_workers=1)``: time to the first
   batch (worker start-up included) and the worker process's peak RSS (``VmHWM``);
 * ``resume``: at ``--resume-rows``, a checkpoint taken after 1000 rows is loaded into a new
-  dataset (construction + ``load_state_dict`` + first row), wall time.
+  dataset (construction + ``load_state_dict`` + first row), wall time; for the computed
+  permutation, the builder, and the builder with its permutation cache
+  (``ELASTIC_LOADER_PERM_CACHE``, written by the first dataset, read by the resumed one).
 
 ``P`` is ``"computed"`` at ``--rows`` and ``"builder"`` at ``--builder-rows`` (the builder
 materialises 16 bytes a row: at 100M rows it took 32 s and 6 GB in issue 15's measurement).
@@ -34,6 +36,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -142,6 +145,21 @@ def child_worker(rows: int, kind: str) -> dict[str, Any]:
 
 
 def child_resume(rows: int, kind: str) -> dict[str, Any]:
+    """``kind`` is a permutation, or ``builder+cache``: the builder with ``ELASTIC_LOADER_PERM_CACHE``
+    set to a fresh directory (the first dataset writes it, the resumed one reads it)."""
+    cache = None
+    if kind == "builder+cache":
+        cache = tempfile.mkdtemp(prefix="scale-perm-cache-")
+        os.environ["ELASTIC_LOADER_PERM_CACHE"] = cache
+        kind = "builder"
+    try:
+        return _resume(rows, kind)
+    finally:
+        if cache is not None:
+            shutil.rmtree(cache, ignore_errors=True)
+
+
+def _resume(rows: int, kind: str) -> dict[str, Any]:
     import itertools
 
     from elastic_loader import StreamingDataset
@@ -202,7 +220,7 @@ def main() -> None:
     cases = [("computed", args.rows), ("builder", args.builder_rows)]
     construct: dict[str, list[dict[str, Any]]] = {f"{k}@{n}": [] for k, n in cases}
     worker: dict[str, list[dict[str, Any]]] = {f"{k}@{n}": [] for k, n in cases}
-    resume: dict[str, list[dict[str, Any]]] = {k: [] for k in ("computed", "builder")}
+    resume: dict[str, list[dict[str, Any]]] = {k: [] for k in ("computed", "builder", "builder+cache")}
     for _ in range(args.repeats):
         for kind, n in cases:
             construct[f"{kind}@{n}"].append(_run_child("construct", str(n), kind))

@@ -2,7 +2,7 @@
 
 Usage::
 
-    .venv/bin/python benchmarks/scale.py [--rows 100000000] [--builder-rows 10000000]
+    .venv/bin/python benchmarks/scale.py [--rows 100000000 [1000000000 ...]] [--builder-rows 10000000]
         [--resume-rows 10000000] [--repeats 3] [--save]
 
 Builds (once, under ``benchmarks/.data``, or ``$ELASTIC_LOADER_BENCH_DATA``) Lance tables of one
@@ -19,7 +19,7 @@ runs in a fresh child process (so its peak RSS, ``ru_maxrss``, is its own) and r
   permutation, the builder, and the builder with its permutation cache
   (``ELASTIC_LOADER_PERM_CACHE``, written by the first dataset, read by the resumed one).
 
-``P`` is ``"computed"`` at ``--rows`` and ``"builder"`` at ``--builder-rows`` (the builder
+``P`` is ``"computed"`` at each of ``--rows`` and ``"builder"`` at ``--builder-rows`` (the builder
 materialises 16 bytes a row: at 100M rows it took 32 s and 6 GB in issue 15's measurement).
 Kinds are interleaved ``--repeats`` times; medians are reported. Wall times on a shared 2-core
 machine are indicative; the memory figures are not timing-sensitive.
@@ -196,7 +196,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--rows", type=int, default=100_000_000)
+    parser.add_argument("--rows", type=int, nargs="+", default=[100_000_000])
     parser.add_argument("--builder-rows", type=int, default=10_000_000)
     parser.add_argument("--resume-rows", type=int, default=10_000_000)
     parser.add_argument("--repeats", type=int, default=3)
@@ -216,8 +216,8 @@ def main() -> None:
 
     import meta
 
-    tables = {n: build(n) for n in sorted({args.rows, args.builder_rows, args.resume_rows})}
-    cases = [("computed", args.rows), ("builder", args.builder_rows)]
+    tables = {n: build(n) for n in sorted({*args.rows, args.builder_rows, args.resume_rows})}
+    cases = [*(("computed", n) for n in args.rows), ("builder", args.builder_rows)]
     construct: dict[str, list[dict[str, Any]]] = {f"{k}@{n}": [] for k, n in cases}
     worker: dict[str, list[dict[str, Any]]] = {f"{k}@{n}": [] for k, n in cases}
     resume: dict[str, list[dict[str, Any]]] = {k: [] for k in ("computed", "builder", "builder+cache")}

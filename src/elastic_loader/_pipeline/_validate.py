@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from ._lance import EPOCH_PRIME
-from ._positions import BUILDER, Kind, describe_kind, resolve_kind
+from ._positions import BUILDER, Kind, LocalShuffle, describe_kind, resolve_kind
 
 SEED_LIMIT = 2**64
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -193,7 +193,9 @@ def _check_types(p: dict[str, object]) -> None:
     for name, ok, what in _OTHERS:
         if not ok(p[name]):
             raise TypeError(f"{name} must be {what}, got {p[name]!r}")
-    resolve_kind(p.get("permutation", BUILDER))
+    kind = p.get("permutation", BUILDER)
+    if not isinstance(kind, (str, LocalShuffle)):
+        resolve_kind(kind)  # its TypeError; an unknown string is a ValueError, after the ranges
 
 
 _ONLY_BUILDER: tuple[tuple[str, Callable[[object], bool], str], ...] = (

@@ -309,6 +309,8 @@ def test_pickles_are_small_and_independent_of_the_table_size(odd_tables: dict[in
         ({"permutation": 3}, TypeError, "permutation must be"),
         ({"permutation": None}, TypeError, "permutation must be"),
         ({"permutation": "shuffled"}, ValueError, "permutation must be one of"),
+        ({"permutation": 3, "read_batch_size": 0}, TypeError, "permutation must be"),  # types first
+        ({"permutation": "shuffled", "read_batch_size": 0}, ValueError, "read_batch_size"),  # then ranges
         ({"permutation": "computed", "shuffle": False}, ValueError, "shuffle=False"),
         ({"permutation": "computed", "filter": "id > 3"}, ValueError, "filter"),
         ({"permutation": "local", "split_strategy": lambda b: b}, ValueError, "split_strategy"),

@@ -177,7 +177,6 @@ class DifferentialMachine(RuleBasedStateMachine):
         assert cfg is not None
         params: dict[str, object] = {
             "num_splits": cfg.num_splits,
-            "shuffle": cfg.shuffle,
             "shuffle_seed": cfg.shuffle_seed,
             "epoch": model.number,
             "rank": rank,
@@ -186,13 +185,15 @@ class DifferentialMachine(RuleBasedStateMachine):
             "io_queue_depth": plan.io_queue_depth,
             "transform_parallelism": plan.transform_parallelism,
         }
-        if cfg.filter is not None:
-            params["filter"] = cfg.filter
-        if cfg.local is not None:
+        if cfg.permutation == "builder":
+            params["shuffle"] = cfg.shuffle
+            if cfg.filter is not None:
+                params["filter"] = cfg.filter
+        elif cfg.local is not None:
             from elastic_loader import LocalShuffle  # only an implementation that accepts it gets here
 
             params["permutation"] = LocalShuffle(clump=cfg.clump, window=cfg.window)
-        elif cfg.permutation != "builder":
+        else:
             params["permutation"] = cfg.permutation
         if cfg.faults.mode != "none":
             params["on_transform_error"] = cfg.faults.mode

@@ -75,7 +75,8 @@ class MachineConfig:
     faults: FaultPlan = FaultPlan()
     packing: PackingPlan | None = None
     permutation: PermutationKind = "builder"
-    """``StreamingDataset(permutation=...)``; ``"local"`` is ``LocalShuffle(clump, window)``."""
+    """``StreamingDataset(permutation=...)``; ``"local"`` is ``LocalShuffle(clump, window)``. The
+    computed kinds shuffle every row: ``shuffle`` and ``filter`` apply to the builder only."""
     clump: int = 1
     window: int = 1
 
@@ -139,9 +140,7 @@ def machine_configs(
     the ``FaultPlan`` modes to draw from)."""
     rows = draw(st.sampled_from(ROW_COUNTS))
     fragments = draw(st.integers(1, 3))
-    # The builder first (the default); a computed or local permutation shuffles every row, unfiltered.
-    kind: PermutationKind = draw(st.sampled_from(PERMUTATIONS))
-    flt = draw(st.sampled_from(list(FILTERS))) if kind == "builder" else None
+    flt = draw(st.sampled_from(list(FILTERS)))
     available = sum(1 for i in range(rows) if FILTERS[flt](i))
     # Simplest first: 4 and 2 splits (several ranks and workers fit), then the rest.
     preferred = sorted(range(1, max_splits + 1), key=lambda s: (s not in (4, 2), s != 4, s))
@@ -168,14 +167,19 @@ def machine_configs(
         )
     else:
         columns = draw(st.sampled_from(((ID_COLUMN,), None, (ID_COLUMN, TOKEN_COLUMN))))
+    shuffle = draw(st.booleans())
+    seed, epoch = draw(st.integers(0, 1000)), draw(st.integers(0, 3))
+    # Drawn last, so the other values keep their distribution for an implementation without
+    # permutation= (the machine reads the builder then); the builder first (the default).
+    kind: PermutationKind = draw(st.sampled_from(PERMUTATIONS))
     local = (draw(st.integers(1, 6)), draw(st.integers(1, 6))) if kind == "local" else (1, 1)
     return MachineConfig(
         rows=rows,
         fragments=fragments,
         num_splits=num_splits,
-        shuffle=draw(st.booleans()) if kind == "builder" else True,
-        shuffle_seed=draw(st.integers(0, 1000)),
-        epoch=draw(st.integers(0, 3)),
+        shuffle=shuffle,
+        shuffle_seed=seed,
+        epoch=epoch,
         filter=flt,
         columns=columns,
         faults=FaultPlan(mode, ids),

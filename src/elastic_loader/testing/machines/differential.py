@@ -185,16 +185,7 @@ class DifferentialMachine(RuleBasedStateMachine):
             "io_queue_depth": plan.io_queue_depth,
             "transform_parallelism": plan.transform_parallelism,
         }
-        if cfg.permutation == "builder":
-            params["shuffle"] = cfg.shuffle
-            if cfg.filter is not None:
-                params["filter"] = cfg.filter
-        elif cfg.local is not None:
-            from elastic_loader import LocalShuffle  # only an implementation that accepts it gets here
-
-            params["permutation"] = LocalShuffle(clump=cfg.clump, window=cfg.window)
-        else:
-            params["permutation"] = cfg.permutation
+        params.update(cfg.permutation_params())
         if cfg.faults.mode != "none":
             params["on_transform_error"] = cfg.faults.mode
         if cfg.packing is None:

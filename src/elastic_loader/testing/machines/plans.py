@@ -85,6 +85,17 @@ class MachineConfig:
         """``(clump, window)`` of a local permutation, else ``None``."""
         return (self.clump, self.window) if self.permutation == "local" else None
 
+    def permutation_params(self) -> dict[str, object]:
+        """The keywords that choose the permutation: ``shuffle`` and ``filter`` (the builder), or
+        ``permutation`` (only an implementation that accepts it is given one)."""
+        if self.permutation == "builder":
+            return {"shuffle": self.shuffle, **({} if self.filter is None else {"filter": self.filter})}
+        if self.local is None:
+            return {"permutation": self.permutation}
+        from elastic_loader import LocalShuffle
+
+        return {"permutation": LocalShuffle(clump=self.clump, window=self.window)}
+
     @property
     def table_key(self) -> TableKey:
         """Packing faults are null token lists in the table; row faults come from the transform."""

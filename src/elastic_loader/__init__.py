@@ -5,7 +5,8 @@ Public API (a drop-in for ``lancedb.streaming``):
 * :class:`StreamingDataset` -- the elastic, resumable ``IterableDataset``;
 * :class:`StreamingDataLoader` -- a ``DataLoader`` with consumer-committed checkpoints;
 * :func:`merge_state_dicts` -- merge every rank's checkpoint into one;
-* :class:`Statistics` -- the snapshot returned by ``StreamingDataset.statistics()``.
+* :class:`Statistics` -- the snapshot returned by ``StreamingDataset.statistics()``;
+* :class:`LocalShuffle` -- ``StreamingDataset(permutation=LocalShuffle(clump=, window=))``.
 
 The executable specification lives in :mod:`elastic_loader.spec`, the shipped
 conformance suite in :mod:`elastic_loader.testing`. The public names are loaded on
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING
 from ._exports import lazy_exports
 
 if TYPE_CHECKING:  # the same names as _EXPORTS (tests/meta/test_exports.py checks it)
+    from ._pipeline._positions import LocalShuffle as LocalShuffle
     from ._pipeline._stats import Statistics as Statistics
     from ._pipeline.dataset import (
         DEFAULT_IO_QUEUE_DEPTH as DEFAULT_IO_QUEUE_DEPTH,
@@ -35,6 +37,7 @@ _EXPORTS = {
     "StreamingDataLoader": "._pipeline.loader",
     "merge_state_dicts": "._pipeline.dataset",
     "Statistics": "._pipeline._stats",
+    "LocalShuffle": "._pipeline._positions",
     "DEFAULT_READ_BATCH_SIZE": "._pipeline.dataset",
     "DEFAULT_IO_QUEUE_DEPTH": "._pipeline.dataset",
 }

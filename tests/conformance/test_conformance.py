@@ -26,10 +26,12 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from elastic_loader import __version__
+import elastic_loader
+from elastic_loader import StreamingDataLoader, __version__, merge_state_dicts
 from elastic_loader.cli import main
 from elastic_loader.spec.invariants import INVARIANT_NAMES
 from elastic_loader.testing import ConformanceReport, implementation_from_module, run_conformance
+from elastic_loader.testing.adapters import ModuleImplementation, accepts
 from elastic_loader.testing.conformance import (
     KNOWN_REFERENCE_RESULTS,
     REFERENCE,
@@ -191,6 +193,29 @@ def test_not_checked_when_no_selected_machine_exercises_it(tables_dir: Path) -> 
     not_checked = packing_only | set(NOT_CHECKED)  # NOT_CHECKED: no machine observes these
     assert {n for n, s in statuses.items() if s == "not-checked"} == not_checked
     assert report.vectors == ()
+
+
+def _without_permutation(table: object, **params: object) -> object:
+    """``StreamingDataset`` behind a signature without ``permutation=`` (as the reference's)."""
+    return elastic_loader.StreamingDataset(table, **params)  # type: ignore[arg-type]
+
+
+def test_permutation_invariants_need_the_keyword(tables_dir: Path) -> None:
+    """An implementation without ``permutation=`` cannot exercise the permutation invariants: they are
+    reported not checked, with the reason, instead of passing vacuously."""
+    assert accepts(implementation_from_module("elastic_loader"), "permutation")
+    impl = ModuleImplementation(
+        "no-permutation", _without_permutation, StreamingDataLoader, merge_state_dicts
+    )
+    assert not accepts(impl, "permutation")
+    report = run_conformance(
+        impl, settings=_settings(1, 1), machines=("row",), tables_dir=tables_dir, shrink=False, vectors=False
+    )
+    statuses = {r.name: (r.status, r.note) for r in report.invariants}
+    for name in ("ComputedBijectionInv", "LocalBijectionInv", "LocalLocalityInv", "LocalDegeneracyInv"):
+        status, note = statuses[name]
+        assert status == "not-checked" and note is not None and "permutation=" in note
+    assert statuses["CanonicalOrderProp"][0] == "pass"
 
 
 def test_resolve_implementation_forms(fake_module: str) -> None:

@@ -150,6 +150,7 @@ CONTEXTS: dict[tuple[str, int], Context] = {
     ("docs/INTEGRATIONS.md", 1): integrations_guide,
     ("docs/INTEGRATIONS.md", 2): integrations_guide,
     ("docs/INTEGRATIONS.md", 3): integrations_guide,
+    ("docs/PIPELINE.md", 0): checkpoints_guide,
 }
 
 ALL = list(snippets())

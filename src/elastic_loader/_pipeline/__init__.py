@@ -18,7 +18,9 @@ spec module            pipeline module
 ``loader``             ``loader`` (``StreamingDataLoader``); ``_gate.check_loader_start``
 ``params``             ``_validate`` (same checks, same order); ``_settings``
 ``errors``             the messages of each module (same exception classes)
-``computed``           ``_computed`` (the computed permutation; not yet read by the dataset)
+``computed``           ``_computed`` (the computed permutation); ``_positions``
+                       (``permutation=``, ``PositionPerm``)
+``local``              ``_local`` (the local permutation); ``_positions``
 =====================  ==============================================================
 
 Pipeline-only parts, with no spec counterpart: ``_fetch`` (units, threads,

@@ -181,6 +181,17 @@ def _parse_buffer(key: object, value: object) -> tuple[list[int], list[int]]:
     return tokens, starts
 
 
+def _permutation_of(fingerprint: str | None) -> str:
+    """How a message names the permutation a fingerprint identifies."""
+    if fingerprint is None:
+        return "the permutation builder without split_strategy"
+    algorithm, _, parameters = fingerprint.partition(":")
+    if not parameters:
+        return "a split_strategy permutation"
+    kind = "permutation='computed'" if algorithm.startswith("feistel") else "a local permutation"
+    return f"{kind} {fingerprint}"
+
+
 def check_identity(state: Mapping[str, object], identity: Identity) -> None:
     need_keys(state, CONFIG)
     for key in CONFIG:
@@ -190,11 +201,15 @@ def check_identity(state: Mapping[str, object], identity: Identity) -> None:
     theirs = state.get(FINGERPRINT)
     if theirs is not None and theirs != identity.fingerprint:
         raise ValueError(
-            "perm_fingerprint mismatch: the checkpoint was written for a different permutation"
+            "perm_fingerprint mismatch: the checkpoint was written for a different permutation "
+            f"({_permutation_of(str(theirs))}), this dataset reads {_permutation_of(identity.fingerprint)}"
             + ("" if identity.fingerprint is not None else " (this dataset does not use split_strategy)")
         )
     if theirs is None and identity.fingerprint is not None:
-        raise ValueError("the checkpoint has no perm_fingerprint, but this dataset uses split_strategy")
+        raise ValueError(
+            "the checkpoint has no perm_fingerprint (it was written for LanceDB's permutation builder), "
+            f"but this dataset reads {_permutation_of(identity.fingerprint)}"
+        )
     if is_packed(state) != (identity.packing is not None):
         raise ValueError(
             "cannot load a "

@@ -181,6 +181,15 @@ class ComputedPermutation:
         indices += np.uint64(split * self.split_len + first)
         return _walk(self._network.encrypt, indices, self.num_rows, self.full)
 
+    def at(self, split: int, offsets: np.ndarray) -> np.ndarray:
+        """Storage positions (uint64) of ``split`` at the split positions ``offsets`` (any order)."""
+        j = np.asarray(offsets, dtype=np.uint64)
+        if not 0 <= split < self.num_splits:
+            raise ValueError(f"split {split} outside [0, {self.num_splits})")
+        if j.size and int(j.max()) >= self.split_len:
+            raise ValueError(f"position {int(j.max())} outside the split length {self.split_len}")
+        return _walk(self._network.encrypt, j + np.uint64(split * self.split_len), self.num_rows, self.full)
+
     def locate(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(split, position)`` reading each storage position; split ``num_splits`` marks a dropped row."""
         index = self.invert(positions)

@@ -4,6 +4,8 @@ Rules:
 * In the process that built the dataset the handle holds the caller's table and the reader of the
   current epoch (:meth:`TableHandle.built`); a checkpoint's older version is a second handle
   (``_lance.table_at``), the caller's is never checked out.
+* A computed or local permutation reads by storage position: every reader the handle opens,
+  in this process or a copy, is a position reader (``TableSource.open(by_position=True)``).
 * Pickled, the handle travels as a ``_lance.TableSource`` of the epoch's table version (no live
   connection, no secret storage options unless ``pickle_storage_credentials``). The copy reopens
   the table when it is unpickled; when that fails it keeps the exception and raises it at its
@@ -26,6 +28,7 @@ class TableHandle:
         self._table: Any = table
         self._source: TableSource | None = None  # a copy's recipe (the table itself stays behind)
         self._factory, self._keep = settings.connection_factory, settings.keep_credentials
+        self._by_position = settings.by_position
         self._version: int | None = None
         self._reader: Reader | None = None
         self._open_error: Exception | None = None
@@ -48,7 +51,7 @@ class TableHandle:
             error, self._open_error = self._open_error, None
             if error is not None:
                 raise RuntimeError(f"this copy of the dataset could not open its table: {error!r}") from error
-            self._reader = self._recipe().open()
+            self._reader = self._recipe().open(self._by_position)
         return self._reader
 
     def _recipe(self) -> TableSource:
@@ -61,14 +64,21 @@ class TableHandle:
 
     def __getstate__(self) -> dict[str, Any]:
         source = None if self._table is None and self._source is None else self._recipe()
-        return {"source": source, "version": self._version, "factory": self._factory, "keep": self._keep}
+        return {
+            "source": source,
+            "version": self._version,
+            "factory": self._factory,
+            "keep": self._keep,
+            "by_position": self._by_position,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._table, self._source = None, state["source"]
         self._factory, self._keep, self._version = state["factory"], state["keep"], state["version"]
+        self._by_position = state["by_position"]
         self._reader, self._open_error = None, None
         if self._source is not None:  # a worker that cannot open the table fails at its first read instead
             try:
-                self._reader = self._source.open()
+                self._reader = self._source.open(self._by_position)
             except Exception as exc:
                 self._open_error = exc

@@ -248,6 +248,48 @@ class _QueryReader(Reader):
         return got.drop_columns(["_rowid"]).take(pa.array(where))
 
 
+class _PositionReader(Reader):
+    """Reads rows by storage position of a pinned Lance dataset (the computed and local
+    permutations): a position counts the version's live rows in fragment order. Positions are
+    taken in ascending order (contiguous runs read like a scan) and put back in the order asked for."""
+
+    def __init__(self, dataset: Any) -> None:
+        self._dataset = dataset
+        self.where = str(getattr(dataset, "uri", "the table"))
+
+    def take(self, row_ids: np.ndarray, columns: list[str] | None) -> pa.Table:
+        wanted = np.asarray(row_ids, dtype=np.int64)
+        if wanted.size < 2 or bool(np.all(wanted[1:] >= wanted[:-1])):
+            return self._dataset.take(wanted, columns=columns)
+        order = np.argsort(wanted, kind="stable")
+        got = self._dataset.take(wanted[order], columns=columns)
+        back = np.empty_like(order)
+        back[order] = np.arange(order.size)
+        return got.take(pa.array(back))
+
+
+POSITION_TABLES = (
+    "reads by storage position and needs a table stored as a Lance dataset (table.to_lance()); "
+    "memory:// and remote tables work with permutation='builder'"
+)
+
+
+def position_reader(table: Any, version: int | None) -> tuple[Reader, int, int]:
+    """A reader by storage position over ``table`` at ``version`` (``None``: as it is), the rows
+    of that version and the version.
+
+    Raises:
+        ValueError: the table is not stored as a Lance dataset.
+    """
+    try:
+        dataset = table.to_lance()
+    except Exception as exc:
+        raise ValueError(f"this permutation {POSITION_TABLES}") from exc
+    if version is not None and dataset.version != version:
+        dataset = dataset.checkout_version(version)
+    return _PositionReader(dataset), int(dataset.count_rows()), int(dataset.version)
+
+
 def _is_secret(key: str) -> bool:
     lowered = key.lower()
     return any(marker in lowered for marker in _SECRET_MARKERS)
@@ -271,8 +313,12 @@ class TableSource:
     table: Any = None
     factory: Callable[[str], Any] | None = None
 
-    def open(self) -> Reader:
-        """A reader for this source."""
+    def open(self, by_position: bool = False) -> Reader:
+        """A reader for this source (``by_position``: by storage position, not row id).
+
+        Raises:
+            ValueError: ``by_position`` and the source is not a Lance dataset.
+        """
         if self.kind == "lance":
             import lance
 
@@ -280,15 +326,20 @@ class TableSource:
             dataset = lance.dataset(
                 self.uri, version=self.version, storage_options=self.storage_options or None
             )
-            return _LanceReader(dataset)
+            return _PositionReader(dataset) if by_position else _LanceReader(dataset)
         if self.kind == "memory":
+            if by_position:
+                raise ValueError(f"this permutation {POSITION_TABLES}")
             assert self.data is not None
             ids = self.data.column("_rowid").to_numpy()
             return _ArrowReader(self.data.drop_columns(["_rowid"]), ids)
+        table = self.table
         if self.kind == "factory":
             assert self.factory is not None
-            return reader_for(self.factory(self.name), self.version)
-        return reader_for(self.table, self.version)
+            table = self.factory(self.name)
+        if by_position:
+            return position_reader(table, self.version)[0]
+        return reader_for(table, self.version)
 
 
 def table_at(table: Any, version: int) -> Any:

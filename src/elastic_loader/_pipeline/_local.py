@@ -241,6 +241,16 @@ class LocalPermutation:
         splits = np.full(count, split, dtype=_U64)
         return self.sequence(self._offsets(splits, j, inverse=False) + _U64(split * self.split_len))
 
+    def at(self, split: int, offsets: np.ndarray) -> np.ndarray:
+        """Storage positions (uint64) of ``split`` at the split positions ``offsets`` (any order)."""
+        j = np.asarray(offsets, dtype=_U64)
+        if not 0 <= split < self.num_splits:
+            raise ValueError(f"split {split} outside [0, {self.num_splits})")
+        if j.size and int(j.max()) >= self.split_len:
+            raise ValueError(f"position {int(j.max())} outside the split length {self.split_len}")
+        splits = np.full(j.size, split, dtype=_U64)
+        return self.sequence(self._offsets(splits, j, inverse=False) + _U64(split * self.split_len))
+
     def locate(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(split, position)`` reading each storage position; split ``num_splits`` marks a dropped row."""
         y = np.asarray(positions, dtype=_U64)

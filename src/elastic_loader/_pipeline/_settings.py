@@ -21,6 +21,7 @@ from typing import Any, Literal
 from ._checkpoint import Identity
 from ._faults import OnError
 from ._lance import column_kind, count_rows, fixed_row_bytes
+from ._positions import Kind
 from ._validate import check_parameters
 
 
@@ -60,6 +61,8 @@ class Settings:
     """Arrow bytes of one row when every read column has a fixed width (``None``: the pipeline probes)."""
     rows_hint: int
     """Rows after the filter, as counted at construction (sizes the permutation builder's memory)."""
+    permutation: Kind
+    """``"builder"`` (LanceDB's permutation builder), ``"computed"`` or a ``LocalShuffle``."""
 
     @property
     def splits_per_rank(self) -> int:
@@ -68,6 +71,11 @@ class Settings:
     @property
     def packed(self) -> bool:
         return self.pack_sequences is not None
+
+    @property
+    def by_position(self) -> bool:
+        """The permutation is computed (``"computed"`` or local): rows are read by storage position."""
+        return self.permutation != "builder"
 
     def identity(self, epoch: int, fingerprint: str | None, blocks_per_epoch: int | None) -> Identity:
         """What a checkpoint of ``epoch`` must agree on with this dataset."""
@@ -114,6 +122,7 @@ def settings_for(table: Any, arguments: dict[str, Any], keep_credentials: object
         "read_ahead_bytes": checked.read_ahead_bytes,
         "read_timeout": checked.read_timeout,
         "row_bytes_hint": fixed_row_bytes(table, resolved_columns),
+        "permutation": checked.permutation,
     }
     given = {f.name: arguments[f.name] for f in fields(Settings) if f.name not in resolved}
     return Settings(**given, **resolved)

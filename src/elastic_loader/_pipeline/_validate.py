@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from ._lance import EPOCH_PRIME
+from ._positions import BUILDER, Kind, LocalShuffle, describe_kind, resolve_kind
 
 SEED_LIMIT = 2**64
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -48,6 +49,8 @@ class Checked:
     read_ahead_bytes: int
     read_timeout: float | None
     """Seconds; ``None``: never."""
+    permutation: Kind = BUILDER
+    """``"builder"``, ``"computed"`` or a ``LocalShuffle`` (``"local"`` resolved)."""
 
 
 # Integer parameters in checking order: (name, may be None, minimum or None).
@@ -124,6 +127,7 @@ def check_parameters(
         io_queue_depth = p["prefetch_batches"]
     _check_ranges(p)
     num_splits = _check_topology(p)
+    kind = _check_permutation(p)
     assert isinstance(io_queue_depth, int)
     _need(
         0 < io_queue_depth <= MAX_THREADS,
@@ -148,7 +152,7 @@ def check_parameters(
     )
     timeout = DEFAULT_READ_TIMEOUT if p["read_timeout"] is None else float(cast(float, p["read_timeout"]))
     seconds = None if timeout == math.inf else timeout
-    return Checked(num_splits, io_queue_depth, p["shuffle_seed"] is None, budget, seconds)
+    return Checked(num_splits, io_queue_depth, p["shuffle_seed"] is None, budget, seconds, kind)
 
 
 def _check_ranges(p: dict[str, object]) -> None:
@@ -189,6 +193,32 @@ def _check_types(p: dict[str, object]) -> None:
     for name, ok, what in _OTHERS:
         if not ok(p[name]):
             raise TypeError(f"{name} must be {what}, got {p[name]!r}")
+    kind = p.get("permutation", BUILDER)
+    if not isinstance(kind, (str, LocalShuffle)):
+        resolve_kind(kind)  # its TypeError; an unknown string is a ValueError, after the ranges
+
+
+_ONLY_BUILDER: tuple[tuple[str, Callable[[object], bool], str], ...] = (
+    ("shuffle", lambda v: v is not True, "shuffle=False (storage order)"),
+    ("split_strategy", lambda v: v is not None, "split_strategy"),
+    ("shuffle_clump_size", lambda v: v is not None, "shuffle_clump_size (LocalShuffle has its own clump)"),
+    ("filter", lambda v: v is not None, "filter (positions would skip the filtered-out rows unevenly)"),
+)
+"""What only the permutation builder does: (keyword, is it used, what the message calls it)."""
+
+
+def _check_permutation(p: dict[str, object]) -> Kind:
+    """The ``permutation`` kind; a computed or local one refuses what only the builder does."""
+    kind = resolve_kind(p.get("permutation", BUILDER))
+    if kind == BUILDER:
+        return kind
+    for name, used, what in _ONLY_BUILDER:
+        _need(
+            not used(p[name]),
+            f"{describe_kind(kind)} shuffles every row of the table by storage position and cannot be "
+            f"combined with {what}; use permutation='builder' for it",
+        )
+    return kind
 
 
 def _check_topology(p: dict[str, object]) -> int:

@@ -33,19 +33,17 @@ from __future__ import annotations
 import copy
 import logging
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from typing import Any, Literal
 
-import numpy as np
 from torch.utils.data import IterableDataset, get_worker_info
 
 from .._exports import public
 from . import _checkpoint as ckpt, _fetch, _loaderstate, _provenance
-from ._epoch import build_epoch, start_progress
+from ._epoch import Perm, build_epoch, pickled, split_rows, start_progress, unpickled
 from ._gate import CheckpointGate
 from ._handle import TableHandle
-from ._lance import SplitRows
-from ._rowfile import RowFile, rows_of
+from ._positions import LocalShuffle
+from ._rowfile import RowFile
 from ._session import Lease, Session
 from ._settings import Settings, settings_for
 from ._stats import Counters, Statistics, StatisticsView, new_shared, zero_worker_gauges
@@ -130,6 +128,8 @@ class StreamingDataset(StatisticsView, IterableDataset[Any]):
         read_timeout: seconds a storage read may make no progress before the
             iterator raises ``TimeoutError`` naming the table; ``None``: 300,
             ``math.inf``: never.
+        permutation: ``"builder"`` (as ``lancedb.streaming``), ``"computed"``, ``"local"``
+            or ``LocalShuffle(clump=, window=)``: O(1) in the table size (docs/PIPELINE.md).
 
     Raises:
         TypeError: a parameter has the wrong type.
@@ -166,6 +166,7 @@ class StreamingDataset(StatisticsView, IterableDataset[Any]):
         pickle_storage_credentials: bool = False,
         read_ahead_bytes: int | None = None,
         read_timeout: float | None = None,
+        permutation: str | LocalShuffle = "builder",
     ) -> None:
         super().__init__()
         arguments = dict(locals())
@@ -189,8 +190,7 @@ class StreamingDataset(StatisticsView, IterableDataset[Any]):
         """Build epoch ``self._epoch`` (of table version ``version``, default the latest) and reset
         progress and the session ledger to its start."""
         epoch = build_epoch(self._handle.at(version), self._settings, self._epoch)
-        self._perm: SplitRows = epoch.perm
-        self._row_ids: np.ndarray = epoch.perm.rows
+        self._perm: Perm = epoch.perm
         self._row_file = RowFile()  # a file of an earlier epoch holds other row ids
         self._handle.built(epoch.perm.base_version, epoch.reader)
         self._blocks_per_epoch = epoch.blocks_per_epoch
@@ -273,7 +273,7 @@ class StreamingDataset(StatisticsView, IterableDataset[Any]):
             self._counters.publish_as_worker(worker)
             if not transport:
                 self._gate.after_untracked_iteration()
-        rows = [np.asarray(self._row_ids[s]) for s in owned]
+        rows = split_rows(self._perm, owned)
         blocks, reader, hook = self._blocks_per_epoch, self._handle.reader(), self._timing_hook
         session = Session(
             self._settings,
@@ -388,17 +388,15 @@ class StreamingDataset(StatisticsView, IterableDataset[Any]):
         state = dict(self.__dict__)
         tracker = state["_tracker"] = copy.copy(self._tracker)
         tracker.progress, tracker.tail = self._tracker.current(self._lease.session), None
-        state["_perm"] = replace(self._perm, rows=_NO_ROWS)  # the rows travel once, as _row_ids
-        state["_row_ids"] = self._row_file.payload(self._row_ids)
+        state["_perm"], state["_row_ids"] = pickled(self._perm, self._row_file)
         state["_row_file"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         payload = state.pop("_row_ids")
         self.__dict__.update(state)
-        self._row_ids = rows_of(payload)
         self._row_file = RowFile()
-        self._perm = SplitRows(self._row_ids, self._perm.fingerprint, self._perm.base_version)
+        self._perm = unpickled(self._perm, payload)
 
     def __repr__(self) -> str:
         s = self._settings
@@ -408,9 +406,6 @@ class StreamingDataset(StatisticsView, IterableDataset[Any]):
             f"rank={s.rank}/{s.world_size}, epoch={self._epoch}, shuffle_seed={s.shuffle_seed}, "
             f"{mode})"
         )
-
-
-_NO_ROWS = np.zeros((0, 0), dtype=np.uint64)
 
 
 class LoaderLink:

@@ -12,6 +12,7 @@ adapts any module exposing ``StreamingDataset``, ``StreamingDataLoader`` and
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -97,6 +98,18 @@ class ModuleImplementation:
             return False
         method(epoch)
         return True
+
+
+def accepts(implementation: Implementation, keyword: str) -> bool:
+    """Whether the implementation's ``StreamingDataset`` takes ``keyword`` (a module's, by its
+    signature; any other implementation: no), so machines draw options only where they exist."""
+    dataset_class = getattr(implementation, "dataset_class", None)
+    if dataset_class is None:
+        return False
+    try:
+        return keyword in inspect.signature(dataset_class).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def implementation_from_module(name: str) -> ModuleImplementation:

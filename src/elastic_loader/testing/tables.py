@@ -13,6 +13,9 @@ Rules of this module:
   with LanceDB's own permutation builder and the seed rule of the spec, never
   through an implementation under test. Its entries are ``id`` values: exactly
   what a transform sees, so delivered rows can be placed at (split, position).
+* :func:`position_source` is the spec's computed or local permutation of a table
+  (``StreamingDataset(permutation=...)``), :func:`positions_in_ids` its splits in
+  ``id`` values through a scan in storage order (positions count the live rows).
 * :class:`FaultyTransform` is a module-level class (picklable for DataLoader
   worker processes) that fails deterministically on a set of ids; with
   ``on_transform_error="skip"`` those ids are ``Faults(skipped=...)``, with
@@ -32,6 +35,8 @@ import pyarrow as pa
 from lancedb.permutation import permutation_builder
 
 from ..spec import Permutation, group_permutation, perm_seed
+from ..spec.computed import ComputedPermutation, computed_splits
+from ..spec.local import LocalPermutation, local_splits
 
 ID_COLUMN = "id"
 TOKEN_COLUMN = "tokens"
@@ -135,6 +140,27 @@ def spec_permutation(
     if len(ids) != len(row_ids):
         raise ValueError(f"took {len(ids)} rows for {len(row_ids)} row ids")
     return group_permutation(ids, split_ids, num_splits)
+
+
+PositionSource = ComputedPermutation | LocalPermutation
+"""The spec's permutation of ``permutation="computed"`` or ``LocalShuffle(clump, window)``."""
+
+
+def position_source(
+    rows: int, num_splits: int, shuffle_seed: int, epoch: int, local: tuple[int, int] | None
+) -> PositionSource:
+    """The spec's computed permutation (``local=None``) or local one (``local=(clump, window)``)."""
+    if local is None:
+        return ComputedPermutation(rows, num_splits, shuffle_seed, epoch)
+    return LocalPermutation(rows, num_splits, shuffle_seed, epoch, local[0], local[1])
+
+
+def positions_in_ids(table: object, source: PositionSource) -> Permutation:
+    """The splits of ``source`` in ``id`` values (``table``'s rows in storage order)."""
+    scan = table.to_lance().to_table(columns=[ID_COLUMN])  # type: ignore[attr-defined]
+    ids = scan.column(ID_COLUMN).to_pylist()
+    splits = computed_splits(source) if isinstance(source, ComputedPermutation) else local_splits(source)
+    return tuple(tuple(ids[p] for p in split) for split in splits)
 
 
 def doc_lengths(perm: Permutation, documents: Mapping[int, tuple[int, ...] | None]) -> list[list[int | None]]:

@@ -170,7 +170,7 @@ def test_worker_payload_does_not_embed_the_row_ids(multi_table: Any, big_table: 
     big = StreamingDataset(big_table, num_splits=4)
     small_payload, big_payload = spawn_pickle(small), spawn_pickle(big)
     assert abs(len(big_payload) - len(small_payload)) < 2_000
-    row_ids = np.asarray(big._row_ids)
+    row_ids = np.asarray(big._perm.rows)
     assert row_ids[1, :50].astype("<u8").tobytes() not in big_payload
 
 
@@ -178,7 +178,7 @@ def test_worker_payload_maps_the_shared_row_ids(big_table: Any) -> None:
     big = StreamingDataset(big_table, num_splits=4)
     assert len(pickle.dumps(big)) > 160_000  # a plain pickle is self-contained
     worker = pickle.loads(spawn_pickle(big))
-    assert isinstance(worker._row_ids, np.memmap)  # mapped from the shared file, read on demand
+    assert isinstance(worker._perm.rows, np.memmap)  # mapped from the shared file, read on demand
     assert [row["id"] for row in worker] == [row["id"] for row in big]
 
 

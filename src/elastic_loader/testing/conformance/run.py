@@ -23,7 +23,7 @@ from hypothesis.errors import FlakyStrategyDefinition
 
 from ...spec.invariants import INVARIANT_NAMES
 from .. import defaults
-from ..adapters import Implementation
+from ..adapters import Implementation, accepts
 from ..machines import NOT_CHECKED, DifferentialMachine
 from ..machines.runner import (
     check_invariants,
@@ -107,7 +107,7 @@ def run_conformance(
             vector_results, source = run_vectors(impl, directory / "vectors", vectors_dir, progress)
     return ConformanceReport(
         implementation=impl.name,
-        invariants=_invariant_results(machines, found, shown),
+        invariants=_invariant_results(machines, found, shown, _unexercised(impl)),
         vectors=vector_results,
         runs=tuple(runs),
         seed=seed,
@@ -205,13 +205,34 @@ def _shrink_one(
     return f"{explored}\n(not reproduced when searching again; not shrunk)", False
 
 
+PERMUTATION_INVARIANTS = (
+    "ComputedBijectionInv",
+    "LocalBijectionInv",
+    "LocalLocalityInv",
+    "LocalDegeneracyInv",
+)
+"""Invariants of the opt-in permutations: the machines draw them only for a ``permutation=`` keyword."""
+
+
+def _unexercised(impl: Implementation) -> dict[str, str]:
+    """Invariants no machine can exercise on ``impl`` (it lacks the option they concern), with why."""
+    if accepts(impl, "permutation"):
+        return {}
+    why = "the implementation's StreamingDataset has no permutation= keyword (the machines read the builder)"
+    return dict.fromkeys(PERMUTATION_INVARIANTS, why)
+
+
 def _invariant_results(
-    machines: Sequence[str], found: Mapping[str, Mapping[str, str | None]], shown: Mapping[str, str]
+    machines: Sequence[str],
+    found: Mapping[str, Mapping[str, str | None]],
+    shown: Mapping[str, str],
+    unexercised: Mapping[str, str],
 ) -> tuple[InvariantResult, ...]:
     out: list[InvariantResult] = []
     for name in INVARIANT_NAMES:
-        if name in NOT_CHECKED:
-            out.append(InvariantResult(name, "not-checked", note=NOT_CHECKED[name]))
+        reason = NOT_CHECKED.get(name) or unexercised.get(name)
+        if reason is not None and not any(found.get(k, {}).get(name) for k in machines):
+            out.append(InvariantResult(name, "not-checked", note=reason))
             continue
         checked_by = tuple(k for k in machines if name in exercised(k))
         found_by = tuple(k for k in machines if found.get(k, {}).get(name))

@@ -60,7 +60,7 @@ from ...spec import (
     owned_splits,
 )
 from ...spec.saved import EXTRA_KEY, Saved, merge_saved, snapshot_saved
-from ..adapters import DatasetLike, Implementation, State
+from ..adapters import DatasetLike, Implementation, State, accepts
 from ..tables import TOKEN_COLUMN, FaultyTransform, TableCache
 from . import checkpoints, judges, loader, protocols
 from .judges import CHECKED, JUDGES, Verdicts
@@ -177,7 +177,6 @@ class DifferentialMachine(RuleBasedStateMachine):
         assert cfg is not None
         params: dict[str, object] = {
             "num_splits": cfg.num_splits,
-            "shuffle": cfg.shuffle,
             "shuffle_seed": cfg.shuffle_seed,
             "epoch": model.number,
             "rank": rank,
@@ -186,8 +185,7 @@ class DifferentialMachine(RuleBasedStateMachine):
             "io_queue_depth": plan.io_queue_depth,
             "transform_parallelism": plan.transform_parallelism,
         }
-        if cfg.filter is not None:
-            params["filter"] = cfg.filter
+        params.update(cfg.permutation_params())
         if cfg.faults.mode != "none":
             params["on_transform_error"] = cfg.faults.mode
         if cfg.packing is None:
@@ -299,6 +297,8 @@ class DifferentialMachine(RuleBasedStateMachine):
         self._setup(config, plan)
 
     def _setup(self, config: MachineConfig, plan: SessionPlan) -> None:
+        if config.permutation != "builder" and not accepts(self.implementation, "permutation"):
+            config = replace(config, permutation="builder", clump=1, window=1)  # e.g. the reference
         self.cfg = config
         self.table = self.tables.table(config.table_key)
         self.model = epoch_model(config, self.tables, config.epoch)

@@ -24,6 +24,7 @@ Rules of this module:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -38,20 +39,15 @@ from ...spec import (
     Yielded,
     invariants as inv,
 )
+from ...spec.computed import ComputedPermutation, computed_positions
 from ...spec.loader import LoaderRun, global_steps
-from ..tables import InjectedFault, fault_row
+from ...spec.local import LocalPermutation
+from ..tables import InjectedFault, PositionSource, fault_row
 from .model import EpochModel, Item, Run, builtin_error, describe, items_of
 from .sessions import Session, Slot, lineage
 
 NOT_CHECKED: Mapping[str, str] = {
     "SplitSizeInv": "a property of the storage backend's permutation, which implementation and spec share",
-    "ComputedBijectionInv": "a property of the opt-in computed permutation, which StreamingDataset "
-    "does not read yet; tests/pipeline/reading/test_pipe_computed.py compares the pipeline's with the spec's",
-    **{
-        name: "a property of the opt-in local permutation, which StreamingDataset does not read yet; "
-        "tests/pipeline/reading/test_pipe_local.py compares the pipeline's with the spec's"
-        for name in ("LocalBijectionInv", "LocalLocalityInv", "LocalDegeneracyInv")
-    },
     "TableVersionPinInv": "the machines' tables never change inside an example, so a resume cannot read "
     "another version than its checkpoint's (the pin a checkpoint records is compared with the spec's, "
     "under CheckpointRoundTripInv); tests/pipeline/checkpoint/test_pipe_protocols.py appends, deletes "
@@ -434,6 +430,58 @@ def _rows_once(verdicts: Verdicts, model: EpochModel, session: Session) -> None:
         verdicts.guard(lambda: inv.ExactlyOnceProp(model.perm, model.faults, rows, finished))
 
 
+@functools.cache
+def _source_violations(source: PositionSource) -> tuple[tuple[str, str], ...]:
+    """The spec's predicates of a computed or local permutation over the whole (small) table,
+    as (name, detail) of each violation; cached: a configuration's permutation never changes."""
+    checks: list[Callable[[], None]]
+    if isinstance(source, ComputedPermutation):
+        checks = [lambda: inv.ComputedBijectionInv(source)]
+    else:
+        checks = [lambda: inv.LocalBijectionInv(source), lambda: inv.LocalLocalityInv(source)]
+        if source.clump == source.window == 1:
+            n, s_, seed, epoch = source.num_rows, source.num_splits, source.shuffle_seed, source.epoch
+            checks.append(lambda: inv.LocalDegeneracyInv(n, s_, seed, epoch))
+    found = Verdicts()
+    for check in checks:
+        found.guard(check)
+    return tuple(found.found.items())
+
+
+def _read_positions(verdicts: Verdicts, model: EpochModel, session: Session) -> None:
+    """With a computed or local permutation, the spec's own predicates hold on it, and the rows each
+    split delivered along the lineage are, in order, a prefix of what the spec's permutation reads
+    there (so the implementation reads that permutation, whose runs ``LocalLocalityInv`` bounds);
+    with ``clump = window = 1`` they are also the computed permutation's (the machines' ``id`` is
+    the storage position: tables are written in id order)."""
+    source = model.source
+    if source is None:
+        return
+    for name, detail in _source_violations(source):
+        verdicts.fail(name, detail)
+    if model.packing is not None or not session.lineage:
+        return
+    local = source if isinstance(source, LocalPermutation) else None
+    name = "ComputedBijectionInv" if local is None else "LocalBijectionInv"
+    twin = None
+    if local is not None and local.clump == local.window == 1:
+        twin = ComputedPermutation(local.num_rows, local.num_splits, local.shuffle_seed, local.epoch)
+    splits, _ = lineage(session)
+    for s, items in enumerate(splits):
+        got = [item.row_id for item in items if isinstance(item, Yielded)]
+        spec_split = model.perm[s]
+        positions = inv.yieldable(spec_split, model.faults)[: len(got)]
+        if got != [spec_split[p] for p in positions]:
+            verdicts.fail(name, f"split {s} delivered ids {got}, the spec's permutation reads {spec_split}")
+            continue
+        if twin is not None:
+            reads = [computed_positions(twin, s, p, 1)[0] for p in positions]
+            if got != reads:
+                verdicts.fail(
+                    "LocalDegeneracyInv", f"split {s} delivered {got}, the computed permutation {reads}"
+                )
+
+
 LineageCheck = Callable[[Verdicts, EpochModel, Session], None]
 """A check of the current session's whole lineage, run after every step."""
 
@@ -450,6 +498,11 @@ class Judge:
 
 JUDGES: Mapping[str, Judge] = {
     "PartitionInv": Judge("Every row comes from a split its (rank, worker) owns."),
+    "ComputedBijectionInv": Judge(
+        "With permutation='computed', the spec's bijection holds over the table, and every delivered row "
+        "is the one it reads at that (split, position).",
+        _read_positions,
+    ),
     "ProgressBoundsInv": Judge("Checkpoints keep ``0 <= samples <= positions <= split length``."),
     "SkipAccountingInv": Judge("``positions - samples`` counts the skipped rows before ``positions``."),
     "HonestProgressInv": Judge(
@@ -509,6 +562,20 @@ JUDGES: Mapping[str, Judge] = {
     "SameTopologyResumeProp": Judge(
         "``state_dict()`` answers after any batch; a loader session resumed on its own shape continues "
         "every rank's batch sequence."
+    ),
+    "LocalBijectionInv": Judge(
+        "With a local permutation, the spec's clumped windows are a bijection, and every delivered row is "
+        "the one it reads at that (split, position).",
+        _read_positions,
+    ),
+    "LocalLocalityInv": Judge(
+        "The local permutation the rows follow reads each window as at most ``ceil(W/C) + 2`` merged runs "
+        "of contiguous positions covering it.",
+        _read_positions,
+    ),
+    "LocalDegeneracyInv": Judge(
+        "With ``clump = window = 1`` the local permutation delivers the computed permutation's rows.",
+        _read_positions,
     ),
 }
 """Every checked invariant, in :data:`CHECKED` order."""

@@ -48,8 +48,10 @@ from ...spec import (
     snapshot_packed,
     snapshot_row,
 )
+from ...spec.computed import ComputedPermutation, computed_fingerprint
+from ...spec.local import local_fingerprint
 from ...spec.saved import Saved, TablePin, exact, load_for_rank, load_saved
-from ..tables import TableCache, doc_lengths
+from ..tables import PositionSource, TableCache, doc_lengths, position_source, positions_in_ids
 from .plans import MachineConfig
 
 Item = Yielded | Block
@@ -78,6 +80,8 @@ class EpochModel:
     """The table version and row count a checkpoint of this epoch records."""
     skipping: bool = False
     """The transform errors may skip rows (``on_transform_error`` is ``"skip"`` or ``"warn"``)."""
+    source: PositionSource | None = None
+    """The spec's computed or local permutation the epoch reads (``None``: the builder's)."""
 
     @property
     def split_len(self) -> int:
@@ -170,14 +174,24 @@ class EpochModel:
 def epoch_model(cfg: MachineConfig, tables: TableCache, number: int) -> EpochModel:
     """The spec's view of epoch ``number`` of ``cfg``: permutation, faults, budget, per-split items."""
     key = cfg.table_key
-    perm = tables.permutation(
-        key,
-        num_splits=cfg.num_splits,
-        shuffle_seed=cfg.shuffle_seed,
-        epoch=number,
-        shuffle=cfg.shuffle,
-        filter=cfg.filter,
-    )
+    source: PositionSource | None = None
+    fingerprint: str | None = None
+    if cfg.permutation == "builder":
+        perm = tables.permutation(
+            key,
+            num_splits=cfg.num_splits,
+            shuffle_seed=cfg.shuffle_seed,
+            epoch=number,
+            shuffle=cfg.shuffle,
+            filter=cfg.filter,
+        )
+    else:
+        source = position_source(cfg.rows, cfg.num_splits, cfg.shuffle_seed, number, cfg.local)
+        perm = positions_in_ids(tables.table(key), source)
+        if isinstance(source, ComputedPermutation):
+            fingerprint = computed_fingerprint(source)
+        else:
+            fingerprint = local_fingerprint(source)
     documents = tables.documents(key)
     corpus = {i: d for i, d in documents.items() if d is not None}
     faults = cfg.faults.faults(frozenset(documents))
@@ -192,7 +206,7 @@ def epoch_model(cfg: MachineConfig, tables: TableCache, number: int) -> EpochMod
             else per_split_blocks * cfg.num_splits
         )
         packing = PackingConfig(cfg.packing.pack_sequences, cfg.packing.eos_id, cfg.packing.pad_id, budget)
-    config = RunConfig(cfg.num_splits, cfg.shuffle_seed, number, None, packing)
+    config = RunConfig(cfg.num_splits, cfg.shuffle_seed, number, fingerprint, packing)
     index = {row: (s, p) for s, split in enumerate(perm) for p, row in enumerate(split)}
     per_split: list[tuple[Item, ...]] = []
     for s, split in enumerate(perm):
@@ -205,7 +219,9 @@ def epoch_model(cfg: MachineConfig, tables: TableCache, number: int) -> EpochMod
     version = getattr(tables.table(key), "version", None)
     pin = TablePin(version if isinstance(version, int) else None, cfg.num_splits * len(perm[0]))
     skipping = cfg.faults.mode in ("skip", "warn")
-    return EpochModel(number, perm, faults, config, corpus, index, tuple(per_split), auto, pin, skipping)
+    return EpochModel(
+        number, perm, faults, config, corpus, index, tuple(per_split), auto, pin, skipping, source
+    )
 
 
 def note(text: str) -> None:

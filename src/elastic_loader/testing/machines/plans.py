@@ -55,6 +55,11 @@ class PackingPlan:
     pad_id: int = -2
 
 
+PermutationKind = Literal["builder", "computed", "local"]
+PERMUTATIONS: tuple[PermutationKind, ...] = ("builder", "computed", "local")
+"""``StreamingDataset(permutation=...)`` kinds the machines draw (the builder first: the default)."""
+
+
 @dataclass(frozen=True)
 class MachineConfig:
     """Everything fixed for one example: the table, the permutation, faults and mode."""
@@ -69,6 +74,27 @@ class MachineConfig:
     columns: tuple[str, ...] | None = None
     faults: FaultPlan = FaultPlan()
     packing: PackingPlan | None = None
+    permutation: PermutationKind = "builder"
+    """``StreamingDataset(permutation=...)``; ``"local"`` is ``LocalShuffle(clump, window)``. The
+    computed kinds shuffle every row: ``shuffle`` and ``filter`` apply to the builder only."""
+    clump: int = 1
+    window: int = 1
+
+    @property
+    def local(self) -> tuple[int, int] | None:
+        """``(clump, window)`` of a local permutation, else ``None``."""
+        return (self.clump, self.window) if self.permutation == "local" else None
+
+    def permutation_params(self) -> dict[str, object]:
+        """The keywords that choose the permutation: ``shuffle`` and ``filter`` (the builder), or
+        ``permutation`` (only an implementation that accepts it is given one)."""
+        if self.permutation == "builder":
+            return {"shuffle": self.shuffle, **({} if self.filter is None else {"filter": self.filter})}
+        if self.local is None:
+            return {"permutation": self.permutation}
+        from elastic_loader import LocalShuffle
+
+        return {"permutation": LocalShuffle(clump=self.clump, window=self.window)}
 
     @property
     def table_key(self) -> TableKey:
@@ -152,17 +178,26 @@ def machine_configs(
         )
     else:
         columns = draw(st.sampled_from(((ID_COLUMN,), None, (ID_COLUMN, TOKEN_COLUMN))))
+    shuffle = draw(st.booleans())
+    seed, epoch = draw(st.integers(0, 1000)), draw(st.integers(0, 3))
+    # Drawn last, so the other values keep their distribution for an implementation without
+    # permutation= (the machine reads the builder then); the builder first (the default).
+    kind: PermutationKind = draw(st.sampled_from(PERMUTATIONS))
+    local = (draw(st.integers(1, 6)), draw(st.integers(1, 6))) if kind == "local" else (1, 1)
     return MachineConfig(
         rows=rows,
         fragments=fragments,
         num_splits=num_splits,
-        shuffle=draw(st.booleans()),
-        shuffle_seed=draw(st.integers(0, 1000)),
-        epoch=draw(st.integers(0, 3)),
+        shuffle=shuffle,
+        shuffle_seed=seed,
+        epoch=epoch,
         filter=flt,
         columns=columns,
         faults=FaultPlan(mode, ids),
         packing=plan,
+        permutation=kind,
+        clump=local[0],
+        window=local[1],
     )
 
 
@@ -229,12 +264,14 @@ def loader_plans() -> st.SearchStrategy[LoaderPlan]:
 
 __all__ = [
     "FILTERS",
+    "PERMUTATIONS",
     "PROTOCOLS",
     "ROW_COUNTS",
     "FaultPlan",
     "LoaderPlan",
     "MachineConfig",
     "PackingPlan",
+    "PermutationKind",
     "ProtocolName",
     "SessionPlan",
     "SimulatedWorker",

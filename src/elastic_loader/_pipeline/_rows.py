@@ -24,7 +24,7 @@ import itertools
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -260,10 +260,10 @@ class RowCursor:
         self.samples = samples
         self.positions = positions
         self._lock = threading.Lock()
-        self._chunk: list[list[int]] | None = None  # per split: positions of the chunk's rows
+        self._chunk: Sequence[Sequence[int]] | None = None  # per split: positions of the chunk's rows
         self.cursor = 0  # rows of the current chunk already handed out
 
-    def begin(self, positions: list[list[int]]) -> None:
+    def begin(self, positions: Sequence[Sequence[int]]) -> None:
         with self._lock:
             self._chunk = positions
             self.cursor = 0

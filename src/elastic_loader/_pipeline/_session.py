@@ -111,7 +111,7 @@ class Session:
         queue_depth = settings.transform_queue_depth
         demand = RowDemand(feed, len(owned), settings.io_queue_depth, settings.read_batch_size, queue_depth)
         pipeline = self._pipeline(stage, demand.want, positions, sorted_reads=False, buffered=feed.held_bytes)
-        yield from _rows.iterate(pipeline, feed, self.row_cursor, owned, counters)
+        return _rows.iterate(pipeline, feed, self.row_cursor, owned, counters)  # one generator less per row
 
     def _columnar_items(self, start: RowState, mode: _columnar.Columnar) -> Iterator[Any]:
         settings, owned, counters = self.settings, self.owned, self.counters

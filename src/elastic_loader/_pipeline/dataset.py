@@ -260,13 +260,20 @@ class StreamingDataset(StatisticsView, IterableDataset[Any]):
 
     def _iterate(self, *, transport: bool, columnar: Columnar | None = None) -> Iterator[Any]:
         token = None if transport else self._lease.acquire()
-        try:
-            yield from self._run(transport, columnar)
+        try:  # one generator (not two nested ones) between the rows and the consumer
+            session = self._start(transport, columnar)
+            try:
+                yield from session.items()
+            finally:
+                self._tracker.end(session, session.owned)
+                session.close()
+                self._lease.session = None
+                self._counters.idle()
         finally:
             if token is not None:
                 self._lease.release(token)
 
-    def _run(self, transport: bool, columnar: Columnar | None) -> Iterator[Any]:
+    def _start(self, transport: bool, columnar: Columnar | None) -> Session:
         override = self._settings.worker_info_override
         tracker = self._tracker
         owned, worker = owned_splits(self._rank_splits, override, get_worker_info(), tracker.rotation)
@@ -289,13 +296,7 @@ class StreamingDataset(StatisticsView, IterableDataset[Any]):
         )
         self._lease.session = session
         tracker.begin(transport)
-        try:
-            yield from session.items()
-        finally:
-            tracker.end(session, owned)
-            session.close()
-            self._lease.session = None
-            self._counters.idle()
+        return session
 
     # ------------------------------------------------------------ observability
 

@@ -194,7 +194,12 @@ def test_bad_options(multi_table: Any, options: dict[str, Any], error: type, mat
 
 def test_datasets_that_do_not_yield_plain_rows_are_refused(multi_table: Any) -> None:
     packed = StreamingDataset(
-        multi_table, num_splits=2, columns=["tokens"], pack_sequences=4, eos_id=1, pad_id=0,
+        multi_table,
+        num_splits=2,
+        columns=["tokens"],
+        pack_sequences=4,
+        eos_id=1,
+        pad_id=0,
         blocks_per_epoch=4,
     )
     with pytest.raises(ValueError, match="pack_sequences"):

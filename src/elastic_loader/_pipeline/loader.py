@@ -21,6 +21,9 @@ Rules:
 * ``len(loader)`` is the number of batches of a whole epoch: each worker batches
   its own splits, so it is ``num_workers`` times one worker's batch count
   (``drop_last``: each worker drops its own short last batch).
+* ``batch_format`` (columnar batches, ``_columnar``): torch is told not to batch, and every item
+  the dataset yields is a whole batch of ``batch_size`` rows of one iterator, so commits, the
+  ledger's batch size, ``len`` and ``drop_last`` are row mode's.
 * ``persistent_workers=True``: the workers' copies are re-seeded from the parent
   at every iteration (``_reseed``).
 * Only a StreamingDataLoader iterates its adapter: a DataLoader another library
@@ -357,6 +360,12 @@ class StreamingDataLoader(DataLoader[Any]):
     batch; a loader resumed on the same ``world_size`` and ``num_workers`` continues the
     round robin of workers where it stood, so the batch sequence goes on unchanged.
 
+    ``batch_format`` (``"arrow"``, ``"numpy"`` or ``"torch"``; default ``None``: rows) makes each
+    batch one ``pyarrow.RecordBatch`` or dict of arrays or tensors, with no Python object per row:
+    the same rows per batch and the same checkpoints as row mode (``_columnar``; docs/PIPELINE.md).
+    ``loader.batch_size`` is then ``None`` (torch does not batch); ``collate_fn`` receives each
+    columnar batch.
+
     ``sync_epoch_end`` (``False``, ``True`` for the default process group, or a
     ``torch.distributed`` process group) makes every rank stop at the same global
     step: before returning a batch, ranks all-reduce whether each has one, and if
@@ -365,9 +374,11 @@ class StreamingDataLoader(DataLoader[Any]):
     checkpoints stay exact. Every rank must then call ``next`` equally often.
 
     Raises:
-        TypeError: ``dataset`` is not a ``StreamingDataset`` (or overrides ``__iter__``), or
-            ``sync_epoch_end`` is neither a bool, ``None`` nor a process group.
-        ValueError: an unsupported option is set.
+        TypeError: ``dataset`` is not a ``StreamingDataset`` (or overrides ``__iter__``),
+            ``sync_epoch_end`` is neither a bool, ``None`` nor a process group, or ``batch_format``
+            is not a str (``batch_size`` not an int with it).
+        ValueError: an unsupported option is set, or ``batch_format`` is unknown, lacks a
+            ``batch_size >= 1``, or meets a dataset with ``transform`` or ``pack_sequences``.
     """
 
     _is_accelerate_prepared = True

@@ -150,15 +150,20 @@ class ColumnarFeed:
         return out, range(first, first + k)
 
 
-def _interleave(parts: list[list[pa.RecordBatch]], k: int) -> pa.RecordBatch:
-    """One batch of ``k`` cycles: row ``j * n + i`` is split ``i``'s ``j``-th row."""
-    flat = [b for split in parts for b in split]
-    whole = flat[0] if len(flat) == 1 else pa.concat_batches(flat)
-    n = len(parts)
-    if n == 1:
-        return whole
-    order = np.arange(n * k, dtype=np.int64).reshape(n, k).T.ravel()
-    return whole.take(pa.array(order))
+class _Chunk:
+    """``k`` cycles of ``n`` splits: the splits' rows concatenated (split-major), and the order
+    that interleaves them (row ``j * n + i`` of the chunk is split ``i``'s ``j``-th row)."""
+
+    def __init__(self, parts: list[list[pa.RecordBatch]], k: int) -> None:
+        flat = [b for split in parts for b in split]
+        self.rows = pa.concat_batches(flat)
+        n = len(parts)
+        self.order = np.arange(n * k, dtype=np.int64).reshape(n, k).T.ravel()
+
+    def gather(self, offset: int, count: int) -> pa.RecordBatch:
+        """Rows ``[offset, offset + count)`` of the chunk in canonical order, as a batch of their
+        own (a slice would pin, and pickle, the whole chunk)."""
+        return self.rows.take(pa.array(self.order[offset : offset + count]))
 
 
 def _column_to_numpy(name: str, column: pa.Array, strict: bool) -> np.ndarray:
@@ -231,7 +236,7 @@ def _catch_up(
             cursor.step(i, position)
             counters.add(ready_rows=-1, consumed_rows=1, rows_delivered=1)
 
-        yield row, move
+        yield pa.concat_batches([row]), move  # its own buffers: a slice pins its whole unit
         if count + 1 < target:
             heapq.heappush(lagging, (count + 1, split, i))
 
@@ -268,13 +273,13 @@ def iterate(
         wanted = max(-(-4 * size // n), -(-CHUNK_ROWS // n))
         k = min(MAX_CHUNK_CYCLES, wanted, min(feed.ready(i) for i in range(n)))
         taken = [feed.take(i, k) for i in range(n)]
-        chunk = _interleave([slices for slices, _ in taken], k)
+        chunk = _Chunk([slices for slices, _ in taken], k)
         positions = [p for _, p in taken]
         out.moves.append(functools.partial(_begin, cursor, counters, positions))
         offset, total = 0, n * k
         while offset < total:
             step = min(size - out.rows, total - offset)
-            out.pieces.append(chunk.slice(offset, step))
+            out.pieces.append(chunk.gather(offset, step))
             offset += step
             out.rows += step
             out.moves.append(functools.partial(setattr, cursor, "cursor", offset))

@@ -9,6 +9,8 @@ worker test checks several things on one run per format.
 
 from __future__ import annotations
 
+import itertools
+import pickle
 from typing import Any
 
 import numpy as np
@@ -262,3 +264,20 @@ def test_random_runs_match_row_mode(multi_table: Any, run_: tuple[dict[str, Any]
     columnar = StreamingDataLoader(col_ds, batch_size=batch_size, drop_last=drop_last, batch_format="numpy")
     assert len(columnar) == len(rows)
     assert run(columnar) == run(rows)
+
+
+@pytest.mark.parametrize(("skip", "batch_size"), [(0, 2), (2, 1)])
+def test_arrow_batches_own_their_buffers(big_table: Any, skip: int, batch_size: int) -> None:
+    """A batch is pickled to the parent from a worker: it must not carry the rows around it (a slice
+    of a gathered chunk or of a read unit pickles its whole buffer). Catch-up rows too (``skip``)."""
+    ds = StreamingDataset(big_table, num_splits=4, read_batch_size=1024)
+    it = iter(ds)
+    for _ in range(skip):
+        next(it)
+    state = ds.state_dict()
+    it.close()
+    ds.load_state_dict(state)
+    loader = StreamingDataLoader(ds, batch_size=batch_size, batch_format="arrow")
+    for batch in itertools.islice(loader, 6):
+        assert batch.num_rows == batch_size
+        assert len(pickle.dumps(batch)) < 2_000  # an int64 id or two and the schema, not thousands of rows

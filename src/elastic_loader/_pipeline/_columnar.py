@@ -18,8 +18,9 @@ Rules:
   fails drops the rows of the unfinished batch from the progress: they were never delivered.
 * The dataset must be in row mode without a ``transform`` (a transform returns Python rows);
   ``collate_fn``, if given, receives each columnar batch and returns what the trainer gets.
-  ``"torch"`` needs numeric or boolean columns (fixed-size lists of them become 2-D tensors);
-  another column raises ``TypeError`` naming it (choose ``columns=`` or another format).
+  ``"torch"`` needs numeric or boolean columns (fixed-size lists of numbers become 2-D tensors);
+  another column raises ``TypeError`` naming it when the loader is built (a null value: at its
+  first batch); choose ``columns=`` or another format.
 """
 
 from __future__ import annotations
@@ -83,6 +84,27 @@ def check(batch_format: object, batch_size: object, dataset_mode: str | None) ->
             "returns Python rows: drop transform= and convert each batch in collate_fn instead "
             "(collate_fn receives the columnar batch)"
         )
+
+
+def check_types(batch_format: str, types: dict[str, pa.DataType]) -> None:
+    """``TypeError`` when ``batch_format`` cannot hold a column of ``types`` (``"torch"``: numbers,
+    bools and fixed-size lists of numbers only; nulls are found at the first batch that has one)."""
+    if batch_format != "torch":
+        return
+    for name, kind in types.items():
+        if pat.is_fixed_size_list(kind):
+            kind = kind.value_type
+            if not (pat.is_integer(kind) or pat.is_floating(kind)):
+                raise TypeError(_torch_refuses(name, f"type {types[name]}"))
+        elif not (pat.is_integer(kind) or pat.is_floating(kind) or pat.is_boolean(kind)):
+            raise TypeError(_torch_refuses(name, f"type {kind}"))
+
+
+def _torch_refuses(name: str, what: str) -> str:
+    return (
+        f"batch_format='torch' cannot hold column {name!r} ({what}); read other columns "
+        "(columns=[...]) or use batch_format='numpy' or 'arrow'"
+    )
 
 
 def make_stage() -> Stage:
@@ -174,11 +196,7 @@ def _column_to_numpy(name: str, column: pa.Array, strict: bool) -> np.ndarray:
         return np.array(values.reshape(len(column), kind.list_size))
     numeric = pat.is_integer(kind) or pat.is_floating(kind) or pat.is_boolean(kind)
     if strict and (not numeric or column.null_count):
-        what = "nulls" if numeric else f"type {kind}"
-        raise TypeError(
-            f"batch_format='torch' cannot hold column {name!r} ({what}); read other columns "
-            "(columns=[...]) or use batch_format='numpy' or 'arrow'"
-        )
+        raise TypeError(_torch_refuses(name, "nulls" if numeric else f"type {kind}"))
     return np.array(column.to_numpy(zero_copy_only=False))
 
 

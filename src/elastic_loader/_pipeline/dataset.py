@@ -462,6 +462,13 @@ class LoaderLink:
             return "pack_sequences"
         return None if settings.transform is None else "transform"
 
+    def read_types(self) -> dict[str, Any]:
+        """The Arrow type of every column the dataset reads (none known: empty)."""
+        schema, columns = self._dataset._handle.schema(), self._dataset._settings.columns
+        if schema is None:
+            return {}
+        return {f.name: f.type for f in schema if columns is None or f.name in columns}
+
     def snapshot(self) -> dict[str, object]:
         """The checkpoint of this process's dataset right now (no gate: it travels with a batch)."""
         return self._dataset._snapshot()

@@ -189,8 +189,10 @@ def _columnar_options(
     its mode; ``ValueError``/``TypeError`` for options that do not fit (``_columnar.check``)."""
     options = {**given, **kwargs}
     size = options.get("batch_size", 1)
-    _columnar.check(batch_format, size, LoaderLink(dataset).yields())
+    link = LoaderLink(dataset)
+    _columnar.check(batch_format, size, link.yields())
     assert isinstance(batch_format, str) and isinstance(size, int)
+    _columnar.check_types(batch_format, link.read_types())
     mode = _columnar.Columnar(size, batch_format, bool(options.get("drop_last", False)))
     collate = options.get("collate_fn")
     options.update(batch_size=None, drop_last=False, collate_fn=_as_is if collate is None else collate)

@@ -165,8 +165,13 @@ def test_torch_format_fixed_size_lists_and_refused_columns(tmp_path: Any) -> Non
     assert batch["vec"].shape == (3, 4) and batch["vec"][1].tolist() == [4.0, 5.0, 6.0, 7.0]
     assert batch["ok"].dtype == torch.bool
     ds = StreamingDataset(table, num_splits=1, shuffle=False)
+    with pytest.raises(TypeError, match="'s'"):  # refused when the loader is built
+        StreamingDataLoader(ds, batch_size=3, batch_format="torch")
+    with_nulls = pa.table({"id": pa.array([0, None, 2], pa.int64())})
+    nulls = lancedb.connect(str(tmp_path)).create_table("nulls", with_nulls)
+    ds = StreamingDataset(nulls, num_splits=1, shuffle=False)
     loader = StreamingDataLoader(ds, batch_size=3, batch_format="torch")
-    with pytest.raises(TypeError, match="'s'"):
+    with pytest.raises(TypeError, match="nulls"):  # a null is seen in its batch
         next(iter(loader))
     with pytest.raises(RuntimeError, match="batch failed"):  # the failed batch closed the gate
         ds.state_dict()

@@ -2,7 +2,8 @@
 
 Usage::
 
-    .venv/bin/python benchmarks/columnar.py [--rows 2000000] [--rounds 3] [--batch 1024] [--save]
+    .venv/bin/python benchmarks/columnar.py [--rows 2000000] [--rounds 3] [--batch 1024]
+        [--skip NAME,...] [--save]
 
 Rules:
 
@@ -106,8 +107,8 @@ def runs(table: Any, batch: int) -> dict[str, tuple[str, Run]]:
     }
 
 
-def measure(table: Any, rounds: int, batch: int) -> dict[str, Any]:
-    chosen = runs(table, batch)
+def measure(table: Any, rounds: int, batch: int, skip: set[str]) -> dict[str, Any]:
+    chosen = {name: run for name, run in runs(table, batch).items() if name not in skip}
     passes: dict[str, list[float]] = {name: [] for name in chosen}
     totals: dict[str, list[float]] = {name: [] for name in chosen}
     builds: dict[str, list[float]] = {name: [] for name in chosen}
@@ -146,6 +147,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--batch", type=int, default=1024, help="rows per columnar batch")
+    parser.add_argument(
+        "--skip", type=lambda text: {n for n in text.split(",") if n}, default=set(), help="runs to leave out"
+    )
     parser.add_argument("--save", action="store_true", help="write the committed columnar.json")
     args = parser.parse_args(argv)
     w.quiet()
@@ -155,7 +159,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "rows": args.rows,
         "rounds": args.rounds,
         "batch": args.batch,
-        "runs": measure(table, args.rounds, args.batch),
+        "skipped": sorted(args.skip),
+        "runs": measure(table, args.rounds, args.batch, args.skip - {"scan_arrow"}),
     }
     print(f"\n{args.rows:,} rows, medians of {args.rounds} interleaved rounds; ratios to scan_arrow's rows/s")
     header = f"{'run':26s} {'pass rows/s':>13s} {'ratio':>6s} {'total rows/s':>13s} {'ratio':>6s}"

@@ -44,6 +44,7 @@ PEERS = w.DATA / "peers"
 TAKE_CHUNK = 16_384
 LANCE_BATCH = 256
 LOADER_BATCH = 64
+COLUMNAR_BATCH = 1024
 WORKERS = 2
 NUM_SPLITS = 8
 PACK = 2048
@@ -78,6 +79,30 @@ def elastic_rows(table: Any, **options: Any) -> Callable[[], np.ndarray]:
         return np.fromiter((row["id"] for row in ds), dtype=np.int64)
 
     return run
+
+
+def elastic_columnar(
+    table: Any, batch_format: str = "arrow", batch_size: int = COLUMNAR_BATCH, **options: Any
+) -> Callable[[], np.ndarray]:
+    """elastic-loader's columnar batches in the consumer's process: ``StreamingDataLoader(batch_size,
+    batch_format)`` over 8 splits, seed 0, ``read_batch_size=1024`` and ``options``; ids per batch."""
+    from elastic_loader import StreamingDataLoader, StreamingDataset
+
+    options = {"read_batch_size": 1024, **options}
+
+    def run() -> np.ndarray:
+        ds = StreamingDataset(table, num_splits=NUM_SPLITS, shuffle_seed=0, **options)
+        loader = StreamingDataLoader(ds, batch_size=batch_size, batch_format=batch_format)
+        parts = [_batch_ids(batch) for batch in loader]
+        return np.concatenate(parts) if parts else np.empty(0, np.int64)
+
+    return run
+
+
+def _batch_ids(batch: Any) -> np.ndarray:
+    if isinstance(batch, pa.RecordBatch):
+        return batch.column("id").to_numpy()
+    return np.asarray(batch["id"])
 
 
 def elastic_workers(table: Any) -> Callable[[], np.ndarray]:
@@ -445,14 +470,46 @@ class Loader:
     make: Callable[..., Callable[[], Any]]
 
 
+ELASTIC_MODES: tuple[tuple[str, str, dict[str, Any]], ...] = (
+    ("", "", {}),
+    ("_noshuffle", ", shuffle=False (storage order: cheap reads)", {"shuffle": False}),
+    # H14's locality-aware permutation goes here in one line, e.g.
+    # ("_local", ", permutation='local'", {"permutation": "local"}),
+)
+"""Read orders every elastic-loader mode below runs in: (name suffix, description suffix, options).
+The default order (suffix "") is the baseline of every ratio."""
+
+
+def _elastic_loaders() -> tuple[Loader, ...]:
+    """elastic-loader's row and columnar modes, once per read order of :data:`ELASTIC_MODES`."""
+    out: list[Loader] = []
+    for suffix, said, options in ELASTIC_MODES:
+        o = dict(options)
+        out += [
+            Loader(
+                f"elastic_loader{suffix}",
+                f"elastic-loader, defaults (8 splits){said}",
+                None,
+                lambda t, o=o: elastic_rows(t, **o),
+            ),
+            Loader(
+                f"elastic_rbs1024{suffix}",
+                f"elastic-loader, read_batch_size=1024{said}",
+                None,
+                lambda t, o=o: elastic_rows(t, read_batch_size=1024, **o),
+            ),
+            Loader(
+                f"elastic_columnar{suffix}",
+                f"elastic-loader columnar batches (arrow, 1024 rows), read_batch_size=1024{said}",
+                None,
+                lambda t, o=o: elastic_columnar(t, **o),
+            ),
+        ]
+    return tuple(out)
+
+
 ROW_LOADERS = (
-    Loader("elastic_loader", "elastic-loader, defaults (8 splits)", None, lambda t: elastic_rows(t)),
-    Loader(
-        "elastic_rbs1024",
-        "elastic-loader, read_batch_size=1024",
-        None,
-        lambda t: elastic_rows(t, read_batch_size=1024),
-    ),
+    *_elastic_loaders(),
     Loader(
         "elastic_2_workers",
         "elastic-loader StreamingDataLoader, 2 workers, batch 64, start-up incl.",

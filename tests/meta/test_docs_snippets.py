@@ -136,6 +136,12 @@ def integrations_guide(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, 
     return {"db_path": str(tmp / "db")}
 
 
+def pipeline_columnar(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """A 640-row corpus at db_path."""
+    corpus(tmp / "db", "corpus", 640)
+    return {"db_path": str(tmp / "db")}
+
+
 Context = Callable[[Path, pytest.MonkeyPatch], dict[str, Any]]
 
 CONTEXTS: dict[tuple[str, int], Context] = {
@@ -151,6 +157,7 @@ CONTEXTS: dict[tuple[str, int], Context] = {
     ("docs/INTEGRATIONS.md", 2): integrations_guide,
     ("docs/INTEGRATIONS.md", 3): integrations_guide,
     ("docs/PIPELINE.md", 0): checkpoints_guide,
+    ("docs/PIPELINE.md", 1): pipeline_columnar,
 }
 
 ALL = list(snippets())

@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Protocol
 
 from ._packing import SplitStream
-from ._rows import RowFeed
 
 TARGET_UNIT_TOKENS = 1 << 20
 FIRST_DOC_GUESS = 128
@@ -40,11 +40,19 @@ BYTES_PER_BUFFERED_TOKEN = 32
 flight (twice while transformed), 16 in a yielded block's tokens and doc_ids."""
 
 
+class ReadyRows(Protocol):
+    """What :class:`RowDemand` reads of a feed (``_rows.RowFeed``, ``_columnar.ColumnarFeed``)."""
+
+    error: list[BaseException | None]
+
+    def ready(self, i: int) -> int: ...
+
+
 @dataclass(frozen=True)
 class RowDemand:
     """Row-mode read-ahead over one iteration's feed of ``owned`` splits."""
 
-    feed: RowFeed
+    feed: ReadyRows
     owned: int
     io_queue_depth: int
     read_batch_size: int

@@ -37,6 +37,10 @@ class TableHandle:
         """The table to build an epoch from: the caller's, or a handle at ``version``."""
         return self._table if version is None else table_at(self._table, version)
 
+    def schema(self) -> Any:
+        """The caller's table's Arrow schema (``None`` in a pickled copy, which has no table)."""
+        return None if self._table is None else self._table.schema
+
     def built(self, version: int | None, reader: Reader | None) -> None:
         """An epoch was built over table ``version``; ``reader`` (if any) reads it."""
         self._version, self._reader = version, reader

@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import operator
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -260,13 +261,33 @@ class RowCursor:
         self.samples = samples
         self.positions = positions
         self._lock = threading.Lock()
-        self._chunk: list[list[int]] | None = None  # per split: positions of the chunk's rows
-        self.cursor = 0  # rows of the current chunk already handed out
+        self._chunk: Sequence[Sequence[int]] | None = None  # per split: positions of the chunk's rows
+        self._handed = 0
+        self._source: tuple[Iterator[Any], int] | None = None
 
-    def begin(self, positions: list[list[int]]) -> None:
+    @property
+    def cursor(self) -> int:
+        """Rows of the current chunk already handed out (read off the chunk's iterator when one
+        is tracked: its items left say how many it gave, with no work per row)."""
+        source = self._source
+        if source is None:
+            return self._handed
+        return source[1] - operator.length_hint(source[0])
+
+    @cursor.setter
+    def cursor(self, value: int) -> None:
+        self._source, self._handed = None, value
+
+    def begin(
+        self, positions: Sequence[Sequence[int]], source: Iterator[Any] | None = None, total: int = 0
+    ) -> None:
+        """A chunk starts; ``source`` (an iterator over its ``total`` rows, e.g. a list's) counts
+        the rows handed out from now on."""
         with self._lock:
             self._chunk = positions
             self.cursor = 0
+            if source is not None:
+                self._source = (source, total)
 
     def end(self, counters: Counters) -> None:
         """The chunk is over: fold its progress and count its handed-out rows (atomically)."""
@@ -368,13 +389,12 @@ def iterate(
             rows = taken[0][0]
         else:
             rows = list(itertools.chain.from_iterable(zip(*(vals for vals, _, _ in taken))))
-        progress.begin([pos for _, pos, _ in taken])
+        handing = iter(rows)  # a list's iterator: the cursor reads how far it got (no per-row step here)
+        progress.begin([pos for _, pos, _ in taken], handing, len(rows))
         weight = sum(w for _, _, w in taken)
         feed.out_bytes += weight
         try:
-            for j, row in enumerate(rows, 1):
-                progress.cursor = j
-                yield row
+            yield from handing
         finally:
             # The chunk's rows count as ready until handed out; statistics() adds the cursor live.
             progress.end(counters)

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _fetch, _packing, _rows
+from . import _columnar, _fetch, _packing, _rows
 from ._checkpoint import PackedState, RowState, State
 from ._demand import PackDemand, RowDemand
 from ._lance import Reader
@@ -55,6 +55,8 @@ class Session:
     hook: _fetch.TimingHook | None
     targets: dict[int, int] = field(default_factory=dict)
     """Projected owned splits (packing): the block count each replays to before yielding."""
+    columnar: _columnar.Columnar | None = None
+    """A StreamingDataLoader's columnar mode: yield whole batches of rows (``_columnar``)."""
     row_cursor: _rows.RowCursor | None = field(default=None, init=False)
     pack_cursor: _packing.PackCursor | None = field(default=None, init=False)
     pipeline: _fetch.Pipeline | None = field(default=None, init=False)
@@ -62,6 +64,8 @@ class Session:
     def items(self) -> Iterator[Any]:
         """The items of the owned splits from the start state on, in canonical order."""
         if isinstance(self.start, RowState):
+            if self.columnar is not None:
+                return self._columnar_items(self.start, self.columnar)
             return self._row_items(self.start)
         return self._packed_items(self.start)
 
@@ -107,7 +111,18 @@ class Session:
         queue_depth = settings.transform_queue_depth
         demand = RowDemand(feed, len(owned), settings.io_queue_depth, settings.read_batch_size, queue_depth)
         pipeline = self._pipeline(stage, demand.want, positions, sorted_reads=False, buffered=feed.held_bytes)
-        yield from _rows.iterate(pipeline, feed, self.row_cursor, owned, counters)
+        return _rows.iterate(pipeline, feed, self.row_cursor, owned, counters)  # one generator less per row
+
+    def _columnar_items(self, start: RowState, mode: _columnar.Columnar) -> Iterator[Any]:
+        settings, owned, counters = self.settings, self.owned, self.counters
+        positions = [start.positions[s] for s in owned]
+        self.row_cursor = _rows.RowCursor([start.samples[s] for s in owned], positions)
+        feed = _columnar.ColumnarFeed(len(owned), positions)
+        queue_depth = settings.transform_queue_depth
+        demand = RowDemand(feed, len(owned), settings.io_queue_depth, settings.read_batch_size, queue_depth)
+        stage = _columnar.make_stage()
+        pipeline = self._pipeline(stage, demand.want, positions, sorted_reads=False, buffered=feed.held_bytes)
+        yield from _columnar.batches(pipeline, feed, self.row_cursor, owned, counters, mode)
 
     def _packed_items(self, start: PackedState) -> Iterator[Any]:
         settings, owned, counters = self.settings, self.owned, self.counters

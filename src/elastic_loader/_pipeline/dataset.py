@@ -39,6 +39,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from .._exports import public
 from . import _checkpoint as ckpt, _fetch, _loaderstate, _provenance
+from ._columnar import Columnar
 from ._epoch import Perm, build_epoch, pickled, split_rows, start_progress, unpickled
 from ._gate import CheckpointGate
 from ._handle import TableHandle
@@ -257,15 +258,22 @@ class StreamingDataset(StatisticsView, IterableDataset[Any]):
     def __iter__(self) -> Iterator[Any]:
         return self._iterate(transport=False)
 
-    def _iterate(self, *, transport: bool) -> Iterator[Any]:
+    def _iterate(self, *, transport: bool, columnar: Columnar | None = None) -> Iterator[Any]:
         token = None if transport else self._lease.acquire()
-        try:
-            yield from self._run(transport)
+        try:  # one generator (not two nested ones) between the rows and the consumer
+            session = self._start(transport, columnar)
+            try:
+                yield from session.items()
+            finally:
+                self._tracker.end(session, session.owned)
+                session.close()
+                self._lease.session = None
+                self._counters.idle()
         finally:
             if token is not None:
                 self._lease.release(token)
 
-    def _run(self, transport: bool) -> Iterator[Any]:
+    def _start(self, transport: bool, columnar: Columnar | None) -> Session:
         override = self._settings.worker_info_override
         tracker = self._tracker
         owned, worker = owned_splits(self._rank_splits, override, get_worker_info(), tracker.rotation)
@@ -283,18 +291,12 @@ class StreamingDataset(StatisticsView, IterableDataset[Any]):
             blocks_per_epoch=blocks,
             reader=reader,
             counters=self._counters,
-            hook=hook,
+            hook=hook, columnar=columnar,
             targets=tracker.targets(owned),
         )
         self._lease.session = session
         tracker.begin(transport)
-        try:
-            yield from session.items()
-        finally:
-            tracker.end(session, owned)
-            session.close()
-            self._lease.session = None
-            self._counters.idle()
+        return session
 
     # ------------------------------------------------------------ observability
 
@@ -442,9 +444,25 @@ class LoaderLink:
         """The loader iteration is over."""
         self._dataset._tracker.close_loader()
 
-    def items(self) -> Iterator[Any]:
-        """The dataset's items for torch (no lease of their own: the loader holds it)."""
-        return self._dataset._iterate(transport=True)
+    def items(self, columnar: Columnar | None = None) -> Iterator[Any]:
+        """The dataset's items for torch (no lease of their own: the loader holds it); whole
+        batches of rows in ``columnar`` mode."""
+        return self._dataset._iterate(transport=True, columnar=columnar)
+
+    def yields(self) -> str | None:
+        """What the dataset yields instead of plain rows: ``"pack_sequences"``, ``"transform"``
+        (Python rows of a transform), or ``None``."""
+        settings = self._dataset._settings
+        if settings.pack_sequences is not None:
+            return "pack_sequences"
+        return None if settings.transform is None else "transform"
+
+    def read_types(self) -> dict[str, Any]:
+        """The Arrow type of every column the dataset reads (none known: empty)."""
+        schema, columns = self._dataset._handle.schema(), self._dataset._settings.columns
+        if schema is None:
+            return {}
+        return {f.name: f.type for f in schema if columns is None or f.name in columns}
 
     def snapshot(self) -> dict[str, object]:
         """The checkpoint of this process's dataset right now (no gate: it travels with a batch)."""

@@ -21,6 +21,9 @@ Rules:
 * ``len(loader)`` is the number of batches of a whole epoch: each worker batches
   its own splits, so it is ``num_workers`` times one worker's batch count
   (``drop_last``: each worker drops its own short last batch).
+* ``batch_format`` (columnar batches, ``_columnar``): torch is told not to batch, and every item
+  the dataset yields is a whole batch of ``batch_size`` rows of one iterator, so commits, the
+  ledger's batch size, ``len`` and ``drop_last`` are row mode's.
 * ``persistent_workers=True``: the workers' copies are re-seeded from the parent
   at every iteration (``_reseed``).
 * Only a StreamingDataLoader iterates its adapter: a DataLoader another library
@@ -47,7 +50,7 @@ from typing import Any, NamedTuple
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from .._exports import public
-from . import _loaderstate, _reseed
+from . import _columnar, _loaderstate, _reseed
 from ._guard import check_main_guard
 from .dataset import LoaderLink, StreamingDataset
 
@@ -110,6 +113,7 @@ class _Adapter(IterableDataset[Any]):
         self.active = False
         self.reseed: str | None = None
         self.iterations = 0
+        self.columnar: _columnar.Columnar | None = None
 
     def __iter__(self) -> Iterator[Any]:
         if not self.active:
@@ -130,7 +134,7 @@ class _Adapter(IterableDataset[Any]):
             link = LoaderLink(fresh)
             link.keep_shared(self.link)
             self.dataset, self.link = fresh, link
-        yield from self.link.items()
+        yield from self.link.items(self.columnar)
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -171,6 +175,28 @@ class _CommitCollate:
 
 
 _END = object()
+
+
+def _as_is(batch: Any) -> Any:
+    """The collate of a columnar loader without a ``collate_fn``: the batch as the dataset made it."""
+    return batch
+
+
+def _columnar_options(
+    dataset: StreamingDataset, batch_format: object, given: dict[str, Any], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any], _columnar.Columnar]:
+    """A columnar loader's DataLoader arguments (torch does not batch: each item is a batch) and
+    its mode; ``ValueError``/``TypeError`` for options that do not fit (``_columnar.check``)."""
+    options = {**given, **kwargs}
+    size = options.get("batch_size", 1)
+    link = LoaderLink(dataset)
+    _columnar.check(batch_format, size, link.yields())
+    assert isinstance(batch_format, str) and isinstance(size, int)
+    _columnar.check_types(batch_format, link.read_types())
+    mode = _columnar.Columnar(size, batch_format, bool(options.get("drop_last", False)))
+    collate = options.get("collate_fn")
+    options.update(batch_size=None, drop_last=False, collate_fn=_as_is if collate is None else collate)
+    return (), options, mode
 
 
 def _all_have(have: bool, group: Any) -> bool:
@@ -336,6 +362,12 @@ class StreamingDataLoader(DataLoader[Any]):
     batch; a loader resumed on the same ``world_size`` and ``num_workers`` continues the
     round robin of workers where it stood, so the batch sequence goes on unchanged.
 
+    ``batch_format`` (``"arrow"``, ``"numpy"`` or ``"torch"``; default ``None``: rows) makes each
+    batch one ``pyarrow.RecordBatch`` or dict of arrays or tensors, with no Python object per row:
+    the same rows per batch and the same checkpoints as row mode (``_columnar``; docs/PIPELINE.md).
+    ``loader.batch_size`` is then ``None`` (torch does not batch); ``collate_fn`` receives each
+    columnar batch.
+
     ``sync_epoch_end`` (``False``, ``True`` for the default process group, or a
     ``torch.distributed`` process group) makes every rank stop at the same global
     step: before returning a batch, ranks all-reduce whether each has one, and if
@@ -344,9 +376,11 @@ class StreamingDataLoader(DataLoader[Any]):
     checkpoints stay exact. Every rank must then call ``next`` equally often.
 
     Raises:
-        TypeError: ``dataset`` is not a ``StreamingDataset`` (or overrides ``__iter__``), or
-            ``sync_epoch_end`` is neither a bool, ``None`` nor a process group.
-        ValueError: an unsupported option is set.
+        TypeError: ``dataset`` is not a ``StreamingDataset`` (or overrides ``__iter__``),
+            ``sync_epoch_end`` is neither a bool, ``None`` nor a process group, or ``batch_format``
+            is not a str (``batch_size`` not an int with it).
+        ValueError: an unsupported option is set, or ``batch_format`` is unknown, lacks a
+            ``batch_size >= 1``, or meets a dataset with ``transform`` or ``pack_sequences``.
     """
 
     _is_accelerate_prepared = True
@@ -354,7 +388,12 @@ class StreamingDataLoader(DataLoader[Any]):
     only, and accelerate's rebuilt loader would lose the checkpoints (see docs/INTEGRATIONS.md)."""
 
     def __init__(
-        self, dataset: StreamingDataset, *args: Any, sync_epoch_end: Any = False, **kwargs: Any
+        self,
+        dataset: StreamingDataset,
+        *args: Any,
+        sync_epoch_end: Any = False,
+        batch_format: str | None = None,
+        **kwargs: Any,
     ) -> None:
         if not isinstance(dataset, StreamingDataset):
             raise TypeError(f"StreamingDataLoader requires a StreamingDataset, got {type(dataset).__name__}")
@@ -374,9 +413,13 @@ class StreamingDataLoader(DataLoader[Any]):
         ):
             kwargs["multiprocessing_context"] = default_context()
         self._streaming_dataset = dataset
+        columnar = None
+        if batch_format is not None:
+            args, kwargs, columnar = _columnar_options(dataset, batch_format, given, kwargs)
         _check_sync(sync_epoch_end)
         self._sync = None if sync_epoch_end is False or sync_epoch_end is None else sync_epoch_end
         adapter = _Adapter(dataset)
+        adapter.columnar = self._columnar = columnar
         super().__init__(adapter, *args, **kwargs)
         self._adapter = adapter
         self._link = adapter.link
@@ -417,9 +460,16 @@ class StreamingDataLoader(DataLoader[Any]):
         return sum(self._batches(n) for n in left) == 0
 
     def _batches(self, items: int) -> int:
-        if self.batch_size is None:
+        size, drop_last = self._batching()
+        if size is None:
             return items
-        return items // self.batch_size if self.drop_last else math.ceil(items / self.batch_size)
+        return items // size if drop_last else math.ceil(items / size)
+
+    def _batching(self) -> tuple[int | None, bool]:
+        """Rows per batch (``None``: torch does not batch) and ``drop_last``, in either mode."""
+        if self._columnar is not None:
+            return self._columnar.batch_size, self._columnar.drop_last
+        return self.batch_size, self.drop_last
 
     def _ended(self, exhausted: bool) -> None:
         if exhausted:
@@ -502,7 +552,7 @@ class StreamingDataLoader(DataLoader[Any]):
         token = link.acquire()
         self._iterated_at = link.generation()
         try:
-            link.open(workers, 1 if self.batch_size is None else self.batch_size)
+            link.open(workers, self._batching()[0] or 1)
             if self._reseed is not None:
                 self._reseed.next_iteration(self._streaming_dataset)
             self._adapter.active = True

@@ -1,0 +1,334 @@
+"""Columnar batches: a StreamingDataLoader mode that yields whole batches, never one object per row.
+
+Rules:
+* ``StreamingDataLoader(ds, batch_size=B, batch_format=...)`` with ``"arrow"`` (a
+  ``pyarrow.RecordBatch``), ``"numpy"`` (a dict of column name to ``numpy.ndarray``) or
+  ``"torch"`` (a dict of column name to ``torch.Tensor``). Each iterator (the trainer's process,
+  or each DataLoader worker) cuts its own canonical row sequence into batches of ``B`` rows, as
+  torch's fetcher does in row mode: batch ``k`` of an iterator holds exactly the rows row mode
+  would collate into its batch ``k``, in the same order, and the checkpoint it carries is the
+  row-mode checkpoint after those rows (``drop_last``: an iterator's short last batch is not
+  yielded, its rows not counted). Checkpoints of both modes load into either.
+* The rows never become Python objects: units are read as Arrow (no transform stage), a split's
+  ready rows are Arrow slices, and a chunk of ``k`` whole cycles is assembled with one gather
+  (split-major concatenation, then an interleaving ``take``). Lagging splits catch up first, one
+  row at a time, as in row mode (``_rows.iterate``).
+* Progress moves only when a batch is handed out: everything a batch needs (reads, gather,
+  conversion) happens first, then the cursor records its rows, then it is yielded. A read that
+  fails drops the rows of the unfinished batch from the progress: they were never delivered.
+* The dataset must be in row mode without a ``transform`` (a transform returns Python rows);
+  ``collate_fn``, if given, receives each columnar batch and returns what the trainer gets.
+  ``"torch"`` needs numeric or boolean columns (fixed-size lists of numbers become 2-D tensors);
+  another column raises ``TypeError`` naming it when the loader is built (a null value: at its
+  first batch); choose ``columns=`` or another format.
+"""
+
+from __future__ import annotations
+
+import functools
+import heapq
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.types as pat
+
+from ._fetch import Pipeline, Stage, Unit
+from ._rows import MAX_CHUNK_CYCLES, RowCursor
+from ._stats import Counters
+
+FORMATS = ("arrow", "numpy", "torch")
+CHUNK_ROWS = 8192
+"""Rows gathered at once (at least; at least four batches), when every owned split has them ready."""
+
+
+@dataclass(frozen=True)
+class Columnar:
+    """The columnar mode of one loader: rows per batch, the batch format, and ``drop_last``."""
+
+    batch_size: int
+    batch_format: str
+    drop_last: bool = False
+
+
+def check(batch_format: object, batch_size: object, dataset_mode: str | None) -> None:
+    """Validate a columnar loader's options; ``dataset_mode`` names what the dataset yields
+    instead of rows (``"pack_sequences"``, ``"transform"``) or is ``None``.
+
+    Raises:
+        TypeError: ``batch_format`` is not a str, or ``batch_size`` not an int.
+        ValueError: an unknown format, ``batch_size`` is ``None`` or below 1, or the dataset
+            does not yield plain rows.
+    """
+    if not isinstance(batch_format, str):
+        raise TypeError(f"batch_format must be None or one of {FORMATS}, got {batch_format!r}")
+    if batch_format not in FORMATS:
+        raise ValueError(f"batch_format must be one of {FORMATS} (None: rows), got {batch_format!r}")
+    if batch_size is None:
+        raise ValueError(f"batch_format={batch_format!r} needs a batch_size (rows per batch), got None")
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool):
+        raise TypeError(f"batch_size must be an int, got {batch_size!r}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if dataset_mode == "pack_sequences":
+        raise ValueError(
+            f"batch_format={batch_format!r} cannot be combined with pack_sequences: packed blocks are "
+            "tensors already; use batch_format=None (the default collate stacks them)"
+        )
+    if dataset_mode == "transform":
+        raise ValueError(
+            f"batch_format={batch_format!r} reads Arrow columns, but the dataset has a transform, which "
+            "returns Python rows: drop transform= and convert each batch in collate_fn instead "
+            "(collate_fn receives the columnar batch)"
+        )
+
+
+def check_types(batch_format: str, types: dict[str, pa.DataType]) -> None:
+    """``TypeError`` when ``batch_format`` cannot hold a column of ``types`` (``"torch"``: numbers,
+    bools and fixed-size lists of numbers only; nulls are found at the first batch that has one)."""
+    if batch_format != "torch":
+        return
+    for name, kind in types.items():
+        if pat.is_fixed_size_list(kind):
+            kind = kind.value_type
+            if not (pat.is_integer(kind) or pat.is_floating(kind)):
+                raise TypeError(_torch_refuses(name, f"type {types[name]}"))
+        elif not (pat.is_integer(kind) or pat.is_floating(kind) or pat.is_boolean(kind)):
+            raise TypeError(_torch_refuses(name, f"type {kind}"))
+
+
+def _torch_refuses(name: str, what: str) -> str:
+    return (
+        f"batch_format='torch' cannot hold column {name!r} ({what}); read other columns "
+        "(columns=[...]) or use batch_format='numpy' or 'arrow'"
+    )
+
+
+def make_stage() -> Stage:
+    """The columnar stage: a unit stays the Arrow batch it was read as."""
+
+    def run(part: pa.RecordBatch) -> pa.RecordBatch:
+        return part
+
+    def combine(parts: list[tuple[int, pa.RecordBatch]]) -> pa.RecordBatch:
+        if len(parts) == 1:
+            return parts[0][1]
+        return pa.concat_batches([p for _, p in parts])
+
+    return Stage(run, combine, None)
+
+
+class ColumnarFeed:
+    """Ready rows of every owned split as Arrow slices (``error`` is there for ``RowDemand``: a
+    columnar split never holds a failing row)."""
+
+    def __init__(self, n: int, start: list[int]) -> None:
+        self._runs: list[deque[pa.RecordBatch]] = [deque() for _ in range(n)]
+        self._ready = [0] * n
+        self.next_position = list(start)
+        """Per split: the position of its first ready row (positions are consecutive)."""
+        self._arrived = list(start)
+        self.error: list[BaseException | None] = [None] * n
+        self._row_bytes = 0.0
+        self._ready_rows = 0
+
+    def ready(self, i: int) -> int:
+        return self._ready[i]
+
+    def held_bytes(self) -> int:
+        return int(self._ready_rows * self._row_bytes)
+
+    def distribute(self, unit: Unit, batch: pa.RecordBatch, counters: Counters) -> None:
+        self._row_bytes = (unit.nbytes or batch.nbytes) / max(1, unit.rows)
+        for seg in unit.segments:
+            i = seg.split
+            if seg.first != self._arrived[i]:  # the pipeline reads each split's positions in order
+                raise AssertionError(f"split {i}: position {seg.first} arrived, {self._arrived[i]} expected")
+            self._arrived[i] += seg.count
+            self._runs[i].append(batch.slice(seg.offset, seg.count))
+            self._ready[i] += seg.count
+        self._ready_rows += unit.rows
+        counters.add(ready_rows=unit.rows)
+
+    def take(self, i: int, k: int) -> tuple[list[pa.RecordBatch], range]:
+        """The next ``k`` ready rows of split ``i`` (slices) and their positions."""
+        runs, out, left = self._runs[i], [], k
+        while left:
+            run = runs[0]
+            if run.num_rows <= left:
+                out.append(runs.popleft())
+                left -= run.num_rows
+            else:
+                out.append(run.slice(0, left))
+                runs[0] = run.slice(left)
+                left = 0
+        first = self.next_position[i]
+        self.next_position[i] += k
+        self._ready[i] -= k
+        self._ready_rows -= k
+        return out, range(first, first + k)
+
+
+class _Chunk:
+    """``k`` cycles of ``n`` splits: the splits' rows concatenated (split-major), and the order
+    that interleaves them (row ``j * n + i`` of the chunk is split ``i``'s ``j``-th row)."""
+
+    def __init__(self, parts: list[list[pa.RecordBatch]], k: int) -> None:
+        flat = [b for split in parts for b in split]
+        self.rows = pa.concat_batches(flat)
+        n = len(parts)
+        self.order = np.arange(n * k, dtype=np.int64).reshape(n, k).T.ravel()
+
+    def gather(self, offset: int, count: int) -> pa.RecordBatch:
+        """Rows ``[offset, offset + count)`` of the chunk in canonical order, as a batch of their
+        own (a slice would pin, and pickle, the whole chunk)."""
+        return self.rows.take(pa.array(self.order[offset : offset + count]))
+
+
+def _column_to_numpy(name: str, column: pa.Array, strict: bool) -> np.ndarray:
+    kind = column.type
+    fixed = pat.is_fixed_size_list(kind) and column.null_count == 0
+    if fixed and (pat.is_integer(kind.value_type) or pat.is_floating(kind.value_type)):
+        values = column.flatten().to_numpy(zero_copy_only=False)
+        return np.array(values.reshape(len(column), kind.list_size))
+    numeric = pat.is_integer(kind) or pat.is_floating(kind) or pat.is_boolean(kind)
+    if strict and (not numeric or column.null_count):
+        raise TypeError(_torch_refuses(name, "nulls" if numeric else f"type {kind}"))
+    return np.array(column.to_numpy(zero_copy_only=False))
+
+
+def converter(batch_format: str) -> Callable[[pa.RecordBatch], Any]:
+    """What a batch becomes in ``batch_format`` (arrays are copies the trainer owns)."""
+    if batch_format == "arrow":
+        return lambda batch: batch
+    if batch_format == "numpy":
+        return lambda batch: {
+            name: _column_to_numpy(name, col, False) for name, col in zip(batch.schema.names, batch.columns)
+        }
+    import torch
+
+    return lambda batch: {
+        name: torch.from_numpy(_column_to_numpy(name, col, True))
+        for name, col in zip(batch.schema.names, batch.columns)
+    }
+
+
+class _Batcher:
+    """Collects the pieces of one batch and the cursor moves that record its rows."""
+
+    def __init__(self) -> None:
+        self.pieces: list[pa.RecordBatch] = []
+        self.rows = 0
+        self.moves: list[Callable[[], None]] = []
+
+    def take(self) -> tuple[pa.RecordBatch, list[Callable[[], None]]]:
+        """The batch and its cursor moves (not applied yet); the batcher starts the next batch."""
+        pieces, moves = self.pieces, self.moves
+        batch = pieces[0] if len(pieces) == 1 else pa.concat_batches(pieces)
+        self.pieces, self.rows, self.moves = [], 0, []
+        return batch, moves
+
+
+Ready = tuple[pa.RecordBatch, list[Callable[[], None]]]
+"""A batch (Arrow) and the cursor moves that record its rows once it is handed out."""
+
+
+def _catch_up(
+    pipeline: Pipeline, feed: ColumnarFeed, cursor: RowCursor, owned: list[int], counters: Counters
+) -> Iterator[tuple[pa.RecordBatch, Callable[[], None]]]:
+    """The rows of lagging splits, one at a time by (samples, split id), with their cursor moves."""
+    start = list(cursor.samples)
+    target = max(start)  # an iterator owns at least one split
+    lagging = [(c, owned[i], i) for i, c in enumerate(start) if c < target]
+    heapq.heapify(lagging)
+    while lagging:
+        count, split, i = heapq.heappop(lagging)
+        if not _fill(pipeline, feed, i, counters):
+            return
+        (row,), positions = feed.take(i, 1)
+
+        def move(i: int = i, position: int = positions[0]) -> None:
+            cursor.step(i, position)
+            counters.add(ready_rows=-1, consumed_rows=1, rows_delivered=1)
+
+        yield pa.concat_batches([row]), move  # its own buffers: a slice pins its whole unit
+        if count + 1 < target:
+            heapq.heappush(lagging, (count + 1, split, i))
+
+
+def _fill(pipeline: Pipeline, feed: ColumnarFeed, i: int, counters: Counters) -> bool:
+    """Make split ``i`` have a ready row; False at the end of its rows."""
+    while feed.ready(i) == 0:
+        got = pipeline.next_unit()
+        if got is None:
+            return False
+        feed.distribute(got[0], got[1], counters)
+    return True
+
+
+def iterate(
+    pipeline: Pipeline,
+    feed: ColumnarFeed,
+    cursor: RowCursor,
+    owned: list[int],
+    counters: Counters,
+    mode: Columnar,
+) -> Iterator[Ready]:
+    """Batches of ``mode.batch_size`` rows of the owned splits in canonical order (catch-up, then
+    cycles), as Arrow, each with the cursor moves the caller applies when it hands it out."""
+    size, n = mode.batch_size, len(owned)
+    out = _Batcher()
+    for row, move in _catch_up(pipeline, feed, cursor, owned, counters):
+        out.pieces.append(row)
+        out.moves.append(move)
+        out.rows += 1
+        if out.rows == size:
+            yield out.take()
+    while all(_fill(pipeline, feed, i, counters) for i in range(n)):
+        wanted = max(-(-4 * size // n), -(-CHUNK_ROWS // n))
+        k = min(MAX_CHUNK_CYCLES, wanted, min(feed.ready(i) for i in range(n)))
+        taken = [feed.take(i, k) for i in range(n)]
+        chunk = _Chunk([slices for slices, _ in taken], k)
+        positions = [p for _, p in taken]
+        out.moves.append(functools.partial(_begin, cursor, counters, positions))
+        offset, total = 0, n * k
+        while offset < total:
+            step = min(size - out.rows, total - offset)
+            out.pieces.append(chunk.gather(offset, step))
+            offset += step
+            out.rows += step
+            out.moves.append(functools.partial(setattr, cursor, "cursor", offset))
+            if out.rows == size:
+                yield out.take()
+    if out.rows and not mode.drop_last:
+        yield out.take()
+
+
+def _begin(cursor: RowCursor, counters: Counters, positions: list[range]) -> None:
+    """A chunk's first rows are handed out: fold the previous chunk, start this one."""
+    cursor.end(counters)
+    cursor.begin(positions)
+
+
+def batches(
+    pipeline: Pipeline,
+    feed: ColumnarFeed,
+    cursor: RowCursor,
+    owned: list[int],
+    counters: Counters,
+    mode: Columnar,
+) -> Iterator[Any]:
+    """:func:`iterate`, each batch converted to ``mode.batch_format`` before its rows are recorded
+    (a conversion error leaves them undelivered); the last chunk is folded at the end."""
+    convert = converter(mode.batch_format)
+    try:
+        for batch, moves in iterate(pipeline, feed, cursor, owned, counters, mode):
+            value = convert(batch)
+            for move in moves:
+                move()
+            yield value
+    finally:
+        cursor.end(counters)

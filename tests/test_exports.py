@@ -68,6 +68,8 @@ def test_public_classes_and_functions_are_shown_under_elastic_loader() -> None:
         "StreamingDataLoader",
         "merge_state_dicts",
         "Statistics",
+        "StreamingMixture",
+        "MixtureSource",
     }
     for obj in objects:
         assert obj.__module__ == "elastic_loader", obj

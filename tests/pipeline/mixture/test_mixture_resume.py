@@ -16,7 +16,6 @@ import pytest
 
 from elastic_loader.spec.mixture import iterate_mixture
 from elastic_loader.spec.mixture_saved import (
-    MixtureSaved,
     load_mixture,
     load_mixture_for_rank,
     merge_mixture,
@@ -174,7 +173,7 @@ def test_other_names_seeds_tables_and_edits_are_refused(model: Any, mix_tables: 
     model.options = {}
     edited = json.loads(json.dumps(state))
     edited["cycles"][0] += 1
-    with pytest.raises(ValueError, match="does not match|items where the schedule"):
+    with pytest.raises(ValueError, match=r"does not match|items where the schedule"):
         model.pipeline().load_state_dict(edited)
     pinned = json.loads(json.dumps(state))
     pinned["elastic_loader"]["tables"]["books"][1] += 1

@@ -32,8 +32,9 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from .._exports import public
 from ._gate import CheckpointGate
-from ._stats import Counters, new_shared
-from ._topology import owned_splits, rank_block
+from ._session import Lease
+from ._stats import Counters, new_shared, zero_worker_gauges
+from ._topology import check_workers, owned_splits, rank_block, role_splits
 from .mixture_iter import MixtureIterator
 from .mixture_schedule import ON_EXHAUSTED, Regime, Schedule, build_schedule, integer_weights
 from .mixture_source import MixtureSource, SourceReader
@@ -161,6 +162,9 @@ class StreamingMixture(IterableDataset[Any]):
         self._counters.attach_shared(new_shared())
         self._gate = CheckpointGate(self._counters.shared)
         self._live: MixtureIterator | None = None
+        self._lease = Lease()  # a StreamingDataLoader's token while it iterates
+        self._generation = 0
+        self._transport = False  # under a StreamingDataLoader: progress moves by commits only
         for r in self._readers:
             r.build(range(epoch, epoch + 1))
         self._start_epoch((Regime(0, self._weights),))
@@ -196,6 +200,7 @@ class StreamingMixture(IterableDataset[Any]):
         n = self._readers[0].settings.num_splits
         self._progress = canonical(self._schedule, self._readers, [0] * n, lambda k, e, s: None)
         self._gate.after_load()
+        self._generation += 1
 
     def set_epoch(self, epoch: int) -> None:
         """Start mixture epoch ``epoch`` (every source's first epoch too) from its beginning."""
@@ -240,25 +245,26 @@ class StreamingMixture(IterableDataset[Any]):
     # ------------------------------------------------------------ iteration
 
     def _refuse_while_active(self, what: str) -> None:
-        if self._live is not None:
+        if self._live is not None or self._lease.token is not None:
             raise RuntimeError(f"{what} is not allowed while an iterator over this mixture is active")
 
     def __iter__(self) -> Iterator[Any]:
         self._refuse_while_active("a second iterator")
-        owned, worker = owned_splits(self._rank_splits, self._override, get_worker_info())
-        if worker is not None:
-            self._gate.after_untracked_iteration()
-        return self._run(owned)
+        return self._run(transport=False)
 
-    def _run(self, owned: list[int]) -> Iterator[Any]:
+    def _run(self, *, transport: bool) -> Iterator[Any]:
+        owned, worker = owned_splits(self._rank_splits, self._override, get_worker_info())
+        if worker is not None and not transport:
+            self._gate.after_untracked_iteration()
         it = MixtureIterator(
             self._schedule, self._readers, owned, self._progress, self._counters, self._label
         )
-        self._live = it
+        self._live, self._transport = it, transport
         try:
             yield from it.items()
         finally:
-            self._progress = it.cursor.state()
+            if not transport:  # under a loader only delivered batches move the progress (commit)
+                self._progress = it.cursor.state()
             self._live = None
 
     def _label(self, source: int, item: Any) -> Any:
@@ -281,7 +287,9 @@ class StreamingMixture(IterableDataset[Any]):
     # ------------------------------------------------------------ checkpoints
 
     def _current(self) -> MixState:
-        return self._progress if self._live is None else self._live.cursor.state()
+        if self._live is None or self._transport:
+            return self._progress
+        return self._live.cursor.state()
 
     def state_dict(self) -> dict[str, object]:
         """One checkpoint of the whole mixture (JSON-able; spec/MIXTURES.md, section 2).
@@ -331,6 +339,7 @@ class StreamingMixture(IterableDataset[Any]):
         self._use(regimes, pins)
         self._progress = canonical(self._schedule, self._readers, saved.state.cycles, lookup_in(saved.state))
         self._gate.after_load()
+        self._generation += 1
 
     def merge_state_dicts(self, states: list[dict[str, object]]) -> dict[str, object]:
         """Merge every rank's ``state_dict()`` of this mixture into one that resumes on any topology.
@@ -371,3 +380,96 @@ class StreamingMixture(IterableDataset[Any]):
     def __repr__(self) -> str:
         weights = dict(zip(self.names, self._weights))
         return f"StreamingMixture({weights}, num_splits={self.num_splits}, epoch={self.epoch})"
+
+
+class MixtureLink:
+    """What StreamingDataLoader may do with a mixture: the same narrow interface as
+    ``dataset.LoaderLink`` (lease, worker check, items, snapshot, commit, invalidate, epochs, state).
+
+    A snapshot is the producing iterator's progress with the splits it owns; a commit takes those
+    splits from it (a delivered batch is always further than the parent), so the parent's
+    progress is what the trainer received. A loader's workers start their round robin at worker 0.
+    """
+
+    def __init__(self, mixture: StreamingMixture) -> None:
+        self._mixture = mixture
+
+    def check_workers(self, num_workers: int) -> None:
+        check_workers(len(self._mixture._rank_splits), num_workers)
+
+    def acquire(self) -> int:
+        m = self._mixture
+        if m._live is not None:
+            raise RuntimeError("StreamingMixture does not support concurrent iteration (one active iterator)")
+        return m._lease.acquire()
+
+    def release(self, token: int) -> None:
+        self._mixture._lease.release(token)
+
+    def open(self, num_workers: int, batch_size: int) -> None:
+        """A loader iteration starts (its workers always start the round robin at worker 0)."""
+
+    def close(self) -> None:
+        """The loader iteration is over."""
+
+    def items(self) -> Iterator[Any]:
+        return self._mixture._run(transport=True)
+
+    def snapshot(self) -> dict[str, object]:
+        m = self._mixture
+        live = m._live
+        if live is None:
+            return {"state": m._progress, "owned": []}
+        return {"state": live.cursor.state(), "owned": list(live.owned)}
+
+    def commit(self, state: object, worker: int | None, num_workers: int) -> None:
+        m = self._mixture
+        if not isinstance(state, dict) or not isinstance(state.get("state"), MixState):
+            raise ValueError("a StreamingMixture batch carries its iterator's progress")
+        incoming: MixState = state["state"]
+        owned = set(state["owned"])
+        parent = m._progress
+        cycles = [incoming.cycles[s] if s in owned else g for s, g in enumerate(parent.cycles)]
+
+        def current(k: int, e: int, s: int) -> Any:
+            return lookup_in(incoming if s in owned else parent)(k, e, s)
+
+        m._progress = canonical(m._schedule, m._readers, cycles, current)
+
+    def invalidate(self, reason: str) -> None:
+        self._mixture._gate.after_failure(reason)
+
+    def workers_done(self) -> None:
+        zero_worker_gauges(self._mixture._counters.shared)
+
+    def keep_shared(self, old: MixtureLink) -> None:
+        new, before = self._mixture, old._mixture
+        new._counters.attach_shared(before._counters.shared)
+        new._gate = CheckpointGate(before._counters.shared)
+
+    def generation(self) -> int:
+        return self._mixture._generation
+
+    def remaining(self, num_workers: int) -> list[int]:
+        m = self._mixture
+        total, cycles = len(m._schedule), m._progress.cycles
+        roles = range(max(num_workers, 1))
+        return [sum(total - cycles[s] for s in role_splits(m._rank_splits, num_workers, r)) for r in roles]
+
+    def epoch_items(self, num_workers: int) -> list[int]:
+        roles = max(num_workers, 1)
+        return [len(self._mixture) // roles] * roles
+
+    def next_epoch(self) -> int:
+        epoch = self._mixture.epoch + 1
+        self._mixture.set_epoch(epoch)
+        return epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        self._mixture.set_epoch(epoch)
+
+    def state_dict(self) -> dict[str, object]:
+        return self._mixture.state_dict()
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        self._mixture.load_state_dict(state)

@@ -35,6 +35,7 @@ from ._gate import CheckpointGate
 from ._session import Lease
 from ._stats import Counters, new_shared, zero_worker_gauges
 from ._topology import check_workers, owned_splits, rank_block, role_splits
+from .mixture_infer import Pass, Start, rank_checkpoint, resolve
 from .mixture_iter import MixtureIterator
 from .mixture_schedule import ON_EXHAUSTED, Regime, Schedule, build_schedule, integer_weights
 from .mixture_source import MixtureSource, SourceReader
@@ -199,6 +200,12 @@ class StreamingMixture(IterableDataset[Any]):
         self._use(regimes)
         n = self._readers[0].settings.num_splits
         self._progress = canonical(self._schedule, self._readers, [0] * n, lambda k, e, s: None)
+        self._begin(Start(self._progress))
+
+    def _begin(self, start: Start) -> None:
+        """A session starts from ``start``: its ledger of passes is empty, the gate open."""
+        self._start = start
+        self._passes: list[Pass] = []
         self._gate.after_load()
         self._generation += 1
 
@@ -260,8 +267,15 @@ class StreamingMixture(IterableDataset[Any]):
             self._schedule, self._readers, owned, self._progress, self._counters, self._label
         )
         self._live, self._transport = it, transport
+        ledger = None
+        if not transport:
+            ledger = Pass(0, 1)
+            self._passes.append(ledger)
         try:
-            yield from it.items()
+            for item in it.items():
+                if ledger is not None:  # the item is handed out (the cursor counts it already)
+                    ledger.batches += 1
+                yield item
         finally:
             if not transport:  # under a loader only delivered batches move the progress (commit)
                 self._progress = it.cursor.state()
@@ -301,10 +315,19 @@ class StreamingMixture(IterableDataset[Any]):
             RuntimeError: a plain ``DataLoader`` with workers iterated the mixture.
         """
         self._gate.check_state_dict(in_worker=get_worker_info() is not None)
-        state = self._current()
-        own = set(self._rank_splits)
-        others = [s for s in range(self.num_splits) if s not in own]
-        return write(self._head, self._regimes, self._readers, state, sorted(own), others)
+        settings = self._readers[0].settings
+        out = rank_checkpoint(
+            self._start,
+            self._schedule,
+            self._readers,
+            self._current(),
+            self._passes,
+            settings.world_size,
+            settings.rank,
+        )
+        return write(
+            self._head, self._regimes, self._readers, out.state, out.reported, out.unknown, out.projected
+        )
 
     def _parse(self, checkpoint: object) -> Saved:
         state, regimes = read_head(self._head, checkpoint)
@@ -334,12 +357,13 @@ class StreamingMixture(IterableDataset[Any]):
                 f"the checkpoint does not know the progress of splits {missing} of this rank (another rank "
                 "wrote it): merge every rank's state_dict() with StreamingMixture.merge_state_dicts"
             )
-        regimes = reweighted(saved.regimes, saved.state, self._weights)
+        reached = MixState([max(g, saved.projected.get(s, 0)) for s, g in enumerate(saved.state.cycles)])
+        regimes = reweighted(saved.regimes, reached, self._weights)
         pins = {r.name: r.version for r in self._readers}
         self._use(regimes, pins)
-        self._progress = canonical(self._schedule, self._readers, saved.state.cycles, lookup_in(saved.state))
-        self._gate.after_load()
-        self._generation += 1
+        base = canonical(self._schedule, self._readers, saved.state.cycles, lookup_in(saved.state))
+        self._progress = resolve(self._schedule, self._readers, base, saved.projected, self._rank_splits)
+        self._begin(Start(base, saved.unknown, dict(saved.projected)))
 
     def merge_state_dicts(self, states: list[dict[str, object]]) -> dict[str, object]:
         """Merge every rank's ``state_dict()`` of this mixture into one that resumes on any topology.
@@ -408,6 +432,7 @@ class MixtureLink:
 
     def open(self, num_workers: int, batch_size: int) -> None:
         """A loader iteration starts (its workers always start the round robin at worker 0)."""
+        self._mixture._passes.append(Pass(num_workers, batch_size))
 
     def close(self) -> None:
         """The loader iteration is over."""
@@ -435,6 +460,7 @@ class MixtureLink:
             return lookup_in(incoming if s in owned else parent)(k, e, s)
 
         m._progress = canonical(m._schedule, m._readers, cycles, current)
+        m._passes[-1].batches += 1
 
     def invalidate(self, reason: str) -> None:
         self._mixture._gate.after_failure(reason)

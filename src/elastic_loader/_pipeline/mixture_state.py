@@ -21,7 +21,7 @@ Rules:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -140,8 +140,9 @@ def write(
     regimes: Sequence[Regime],
     readers: Sequence[SourceReader],
     state: MixState,
-    reported: Sequence[int],
-    unknown: Sequence[int],
+    reported: Iterable[int],
+    unknown: Iterable[int],
+    projected: Mapping[int, int] | None = None,
 ) -> dict[str, object]:
     """The mixture checkpoint dict (JSON-able)."""
     sources: dict[str, dict[str, object]] = {name: {} for name in head.names}
@@ -155,7 +156,7 @@ def write(
         "sources": sources,
         "reported": sorted(reported),
         "unknown": sorted(unknown),
-        "projected": {},
+        "projected": {str(s): t for s, t in sorted((projected or {}).items())},
         PINS: {"tables": {r.name: r.pin for r in readers}},
     }
 
@@ -168,6 +169,7 @@ class Saved:
     state: MixState
     reported: frozenset[int]
     unknown: frozenset[int]
+    projected: dict[int, int] = field(default_factory=dict)
 
 
 def _int_list(raw: object, what: str) -> list[int]:
@@ -256,11 +258,22 @@ def read(
     check(schedule, readers, parsed)
     reported = frozenset(_int_list(state.get("reported"), "reported"))
     unknown = frozenset(_int_list(state.get("unknown", []), "unknown"))
-    if state.get("projected"):
-        raise ValueError("the mixture checkpoint holds projected splits, which this version never writes")
-    if any(not 0 <= s < n for s in reported | unknown) or reported & unknown:
-        raise ValueError("the mixture checkpoint's reported and unknown splits must be distinct split ids")
-    return Saved(regimes, parsed, reported, unknown)
+    raw = as_dict(state.get("projected", {}))
+    if not all(isinstance(k, str) and k.isdigit() for k in raw):
+        raise ValueError("the mixture checkpoint's projected splits must be split ids")
+    projected = {int(k): as_int(v, "projected target") for k, v in raw.items()}
+    ids = reported | unknown | set(projected)
+    if any(not 0 <= s < n for s in ids) or reported & unknown or set(projected) & (reported | unknown):
+        raise ValueError(
+            "the mixture checkpoint's reported, unknown and projected splits must be distinct ids"
+        )
+    if projected and not readers[0].settings.packed:
+        raise ValueError("only packed progress is projected in a mixture checkpoint")
+    if any(t <= cycles[s] or t > len(schedule) for s, t in projected.items()):
+        raise ValueError(
+            "a projected split of the mixture checkpoint must go beyond its base, within the schedule"
+        )
+    return Saved(regimes, parsed, reported, unknown, projected)
 
 
 def split_key(schedule: Schedule, state: MixState, s: int) -> tuple[int, int, int]:

@@ -125,16 +125,49 @@ def test_same_weights_keep_the_regimes(model: Any) -> None:
     assert mix.state_dict()["regimes"] == states[0]["regimes"]
 
 
-def test_a_one_rank_state_of_a_world_of_two_needs_a_merge(model: Any) -> None:
+@pytest.mark.parametrize("mode", ["rows", "packed"])
+@pytest.mark.parametrize(("first", "second"), [(2, 4), (4, 1), (2, 2)])
+def test_one_rank_state_resumes_every_rank_by_lockstep(
+    model: Any, keys: Any, mode: str, first: int, second: int
+) -> None:
+    """Every rank delivered the same items; any one rank's state resumes the whole job (rows
+    inferred exactly, packed splits projected and replayed by their owner), as the spec says."""
+    key_of, spec_key = keys
+    model.on_exhausted = "renormalize"
+    if mode == "packed":
+        model.packing = PackingConfig(4, -1, -2, 48)
+    config, data = model.config(), model.data()
+    before, states = _run_ranks(model, first, [6] * first)
+    for writer in range(first):
+        one = states[writer]
+        assert sorted(json.loads(json.dumps(one))["projected"]) == (
+            [] if mode == "rows" else [str(s) for s in range(4) if s not in rank_splits(4, first, writer)]
+        )
+        after = []
+        for rank in range(second):
+            mix = model.pipeline(rank, second)
+            mix.load_state_dict(one)
+            regimes, start = load_mixture_for_rank(config, data, _strip(one), second, rank)
+            run = iterate_mixture(config, regimes, data, rank_splits(config.num_splits, second, rank), start)
+            got = list(mix)
+            assert [key_of(i) for i in got] == [spec_key(i) for i in run.items]
+            after += got
+        seen = _seen(before + after, key_of)
+        assert max(seen.values()) == 1
+        if mode == "rows":
+            assert len(seen) == len(model.pipeline())
+
+
+def test_with_skipping_rows_a_one_rank_state_needs_a_merge(model: Any) -> None:
+    model.skipped = frozenset({1003})
     _, states = _run_ranks(model, 2, [5, 5])
-    mix = model.pipeline(1, 2)
+    assert json.loads(json.dumps(states[0]))["unknown"] == [2, 3]
     with pytest.raises(ValueError, match="merge every rank"):
-        mix.load_state_dict(states[0])
+        model.pipeline(1, 2).load_state_dict(states[0])
     with pytest.raises(ValueError, match="no merged state reports split 2"):
-        mix.merge_state_dicts([states[0]])
-    mix.load_state_dict(states[1])  # its own splits are known: it resumes
-    other = model.pipeline(0, 2)
-    other.load_state_dict(states[0])
+        model.pipeline().merge_state_dicts([states[0]])
+    model.pipeline(0, 2).load_state_dict(states[0])  # its own splits are known
+    model.pipeline().load_state_dict(model.pipeline().merge_state_dicts(states))
 
 
 @pytest.mark.parametrize(

@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
+from elastic_loader.spec.inference import Pass
 from elastic_loader.spec.mixture import initial_mixture_state, iterate_mixture
-from elastic_loader.spec.mixture_saved import MixtureSaved, snapshot_mixture
+from elastic_loader.spec.mixture_saved import exact_mixture, rank_mixture_checkpoint, snapshot_mixture
 from elastic_loader.spec.mixture_schedule import mixture_schedule
 from elastic_loader.spec.topology import PackingConfig, rank_splits
 
@@ -28,16 +29,27 @@ def _strip(state: dict[str, Any]) -> dict[str, Any]:
 
 def _spec_run(model: Any, world_size: int, rank: int) -> Any:
     config, data = model.config(), model.data()
+    _DATA[:] = [data]
     owned = rank_splits(config.num_splits, world_size, rank)
     regimes = model.regimes()
     run = iterate_mixture(config, regimes, data, owned, initial_mixture_state(config))
     return config, regimes, owned, run
 
 
-def _spec_checkpoint(config: Any, regimes: Any, state: Any, owned: Any) -> dict[str, Any]:
-    own = frozenset(owned)
-    others = frozenset(range(config.num_splits)) - own
-    return json.loads(json.dumps(snapshot_mixture(MixtureSaved(config, tuple(regimes), state, own, others))))
+def _spec_checkpoint(
+    config: Any, regimes: Any, state: Any, owned: Any, items: int, skipping: bool = False
+) -> Any:
+    """The spec's checkpoint of the rank owning ``owned`` after a plain iteration of ``items`` items
+    (one pass of batches of one item, no workers), the other ranks inferred by lockstep."""
+    world_size = config.num_splits // len(owned)
+    rank = owned[0] // len(owned)
+    start = exact_mixture(config, tuple(regimes), initial_mixture_state(config))
+    data = _DATA[0]
+    saved = rank_mixture_checkpoint(start, data, state, [Pass(0, 1, items)], world_size, rank, skipping)
+    return json.loads(json.dumps(snapshot_mixture(saved)))
+
+
+_DATA: list[Any] = []
 
 
 @pytest.mark.parametrize("mode", ["rows", "packed"])
@@ -60,14 +72,12 @@ def test_items_and_every_state_match_the_spec(
     for i, item in enumerate(mix):
         got.append(key_of(item))
         if i % 5 == 0 or i == len(run.items) - 1:
-            assert _strip(mix.state_dict()) == _spec_checkpoint(
-                config, regimes, run.state_after(i + 1), owned
-            ), i
+            want = _spec_checkpoint(config, regimes, run.state_after(i + 1), owned, i + 1)
+            assert _strip(mix.state_dict()) == want, i
     assert got == [spec_key(i) for i in run.items]
     assert len(got) == len(mix) or model.packing is None
-    assert _strip(mix.state_dict()) == _spec_checkpoint(
-        config, regimes, run.state_after(len(run.items)), owned
-    )
+    n = len(run.items)
+    assert _strip(mix.state_dict()) == _spec_checkpoint(config, regimes, run.state_after(n), owned, n)
 
 
 @pytest.mark.parametrize("world_size", [2, 4])
@@ -82,9 +92,8 @@ def test_every_rank_matches_the_spec(model: Any, keys: Any, world_size: int, mod
         mix = model.pipeline(rank, world_size)
         assert mix.rank_splits == list(owned)
         assert [key_of(i) for i in mix] == [spec_key(i) for i in run.items]
-        assert _strip(mix.state_dict()) == _spec_checkpoint(
-            config, regimes, run.state_after(len(run.items)), owned
-        )
+        n = len(run.items)
+        assert _strip(mix.state_dict()) == _spec_checkpoint(config, regimes, run.state_after(n), owned, n)
 
 
 def test_skipped_rows_end_the_iterator_where_the_spec_does(model: Any, keys: Any) -> None:
@@ -95,9 +104,8 @@ def test_skipped_rows_end_the_iterator_where_the_spec_does(model: Any, keys: Any
     assert run.reason == "source"
     mix = model.pipeline()
     assert [key_of(i) for i in mix] == [spec_key(i) for i in run.items]
-    assert _strip(mix.state_dict()) == _spec_checkpoint(
-        config, regimes, run.state_after(len(run.items)), owned
-    )
+    n = len(run.items)
+    assert _strip(mix.state_dict()) == _spec_checkpoint(config, regimes, run.state_after(n), owned, n, True)
 
 
 def test_a_one_source_mixture_is_its_table(model: Any, mix_tables: Any) -> None:

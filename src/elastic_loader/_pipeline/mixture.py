@@ -205,6 +205,7 @@ class StreamingMixture(IterableDataset[Any]):
     def _begin(self, start: Start) -> None:
         """A session starts from ``start``: its ledger of passes is empty, the gate open."""
         self._start = start
+        self._ended: dict[str, object] | None = None
         self._passes: list[Pass] = []
         self._gate.after_load()
         self._generation += 1
@@ -266,7 +267,7 @@ class StreamingMixture(IterableDataset[Any]):
         it = MixtureIterator(
             self._schedule, self._readers, owned, self._progress, self._counters, self._label
         )
-        self._live, self._transport = it, transport
+        self._live, self._transport, self._ended = it, transport, None
         ledger = None
         if not transport:
             ledger = Pass(0, 1)
@@ -279,6 +280,8 @@ class StreamingMixture(IterableDataset[Any]):
         finally:
             if not transport:  # under a loader only delivered batches move the progress (commit)
                 self._progress = it.cursor.state()
+            else:  # in process, the last batch is collated after the iterator ended
+                self._ended = {"state": it.cursor.state(), "owned": list(it.owned)}
             self._live = None
 
     def _label(self, source: int, item: Any) -> Any:
@@ -444,7 +447,7 @@ class MixtureLink:
         m = self._mixture
         live = m._live
         if live is None:
-            return {"state": m._progress, "owned": []}
+            return m._ended or {"state": m._progress, "owned": []}
         return {"state": live.cursor.state(), "owned": list(live.owned)}
 
     def commit(self, state: object, worker: int | None, num_workers: int) -> None:

@@ -268,17 +268,13 @@ class StreamingMixture(IterableDataset[Any]):
             self._schedule, self._readers, owned, self._progress, self._counters, self._label
         )
         self._live, self._transport, self._ended = it, transport, None
-        ledger = None
-        if not transport:
-            ledger = Pass(0, 1)
-            self._passes.append(ledger)
+        if not transport:  # a plain iteration: one pass of batches of one item (see _count)
+            self._passes.append(Pass(0, 1))
         try:
-            for item in it.items():
-                if ledger is not None:  # the item is handed out (the cursor counts it already)
-                    ledger.batches += 1
-                yield item
+            yield from it.items()
         finally:
             if not transport:  # under a loader only delivered batches move the progress (commit)
+                self._count()
                 self._progress = it.cursor.state()
             else:  # in process, the last batch is collated after the iterator ended
                 self._ended = {"state": it.cursor.state(), "owned": list(it.owned)}
@@ -303,6 +299,11 @@ class StreamingMixture(IterableDataset[Any]):
 
     # ------------------------------------------------------------ checkpoints
 
+    def _count(self) -> None:
+        """A plain iteration's pass counts the items it handed out."""
+        if self._live is not None and not self._transport:
+            self._passes[-1].batches = self._live.handed()
+
     def _current(self) -> MixState:
         if self._live is None or self._transport:
             return self._progress
@@ -319,6 +320,7 @@ class StreamingMixture(IterableDataset[Any]):
         """
         self._gate.check_state_dict(in_worker=get_worker_info() is not None)
         settings = self._readers[0].settings
+        self._count()
         out = rank_checkpoint(
             self._start,
             self._schedule,

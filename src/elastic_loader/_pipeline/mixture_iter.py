@@ -40,12 +40,13 @@ class MixtureCursor:
         self.cycles = list(start.cycles)
         self.entries: dict[tuple[int, int], State] = dict(start.entries)
         self.packed = readers[0].settings.packed
-        # the cycle being handed out: its key, splits, values before and after each item
+        # the cycle being handed out: its key and splits, the source epoch's progress before it and
+        # after each of its items (rows: after the whole cycle); full-length states, never mutated
         self._key: tuple[int, int] | None = None
-        self._splits: tuple[int, ...] = ()
-        self._before: list[Value] = []
-        self._after: list[list[Value]] = []
-        self._handed = 0
+        self.splits: tuple[int, ...] = ()
+        self._before: State | None = None
+        self._after: list[State] = []
+        self.handed = 0
 
     def entry(self, key: tuple[int, int]) -> State:
         self._settle()
@@ -56,35 +57,26 @@ class MixtureCursor:
         """A cycle of ``splits`` from source epoch ``key``: ``after[i]`` is the session's progress after
         its ``i``-th item (rows: one progress, after the whole cycle)."""
         self._settle()
-        self._key, self._splits, self._handed = key, splits, 0
-        self._before = [value(before, s) for s in splits]
-        self._after = [[value(a, s) for s in splits] for a in after]
-
-    def hand_out(self) -> None:
-        """The cycle's next item was yielded."""
-        self.cycles[self._splits[self._handed]] += 1
-        self._handed += 1
-
-    def _values(self) -> list[Value]:
-        if self.packed:
-            return self._after[self._handed - 1] if self._handed else self._before
-        last = self._after[-1]
-        return [last[i] if i < self._handed else self._before[i] for i in range(len(self._splits))]
+        self._key, self.splits, self.handed = key, splits, 0
+        self._before, self._after = before, after
 
     def _settle(self) -> None:
-        """Fold the cycle in hand into ``entries``."""
-        if self._key is None:
-            return
-        self.entries[self._key] = self._merged()
-        self._key = None
+        """The cycle in hand was handed out whole: its source epoch's progress is the last one."""
+        if self._key is not None:
+            self.entries[self._key] = self._after[-1]
+            self._key = None
 
     def _merged(self) -> State:
-        assert self._key is not None
-        base = self.entries.get(self._key) or self.readers[self._key[0]].empty()
-        values = [value(base, s) for s in range(len(self.cycles))]
-        for s, v in zip(self._splits, self._values()):
-            values[s] = v
-        return assemble(values, self.packed)
+        """The cycle's source epoch after ``handed`` of its items."""
+        assert self._key is not None and self._before is not None
+        handed, before = self.handed, self._before
+        if self.packed:
+            return self._after[handed - 1] if handed else before
+        last = self._after[-1]
+        values = [value(before, s) for s in range(len(self.cycles))]
+        for s in self.splits[:handed]:
+            values[s] = value(last, s)
+        return assemble(values, False)
 
     def state(self) -> MixState:
         """The canonical state after the last yielded item."""
@@ -113,8 +105,14 @@ class MixtureIterator:
     ) -> None:
         self.schedule, self.readers, self.owned, self.counters = schedule, readers, owned, counters
         self.cursor = MixtureCursor(schedule, readers, start)
+        self.start = list(start.cycles)
         self.label = label
         self.sessions: dict[tuple[int, int, tuple[int, ...]], tuple[Session, Iterator[Any]]] = {}
+
+    def handed(self) -> int:
+        """Items yielded so far."""
+        cycles = self.cursor.cycles
+        return sum(cycles[s] - self.start[s] for s in self.owned)
 
     def items(self) -> Iterator[Any]:
         try:
@@ -134,22 +132,25 @@ class MixtureIterator:
             got = self._cycle((s,), g)
             if got is None:
                 return
-            yield from self._hand_out(got)
+            yield from self._hand_out(self.schedule.source[g], got)
             if g + 1 < top:
                 heapq.heappush(lagging, (g + 1, s))
         self.close()  # the catch-up sessions
         splits = tuple(owned)
         while True:
-            got = self._cycle(splits, cycles[owned[0]])
+            u = cycles[owned[0]]
+            got = self._cycle(splits, u)
             if got is None:
                 return
-            yield from self._hand_out(got)
+            yield from self._hand_out(self.schedule.source[u], got)
 
-    def _hand_out(self, got: list[Any]) -> Iterator[Any]:
+    def _hand_out(self, source: int, got: list[Any]) -> Iterator[Any]:
         label, cursor = self.label, self.cursor
-        for item in got:
-            out = label(self.schedule.source[cursor.cycles[cursor._splits[cursor._handed]]], item)
-            cursor.hand_out()
+        cycles, splits = cursor.cycles, cursor.splits
+        for i, item in enumerate(got):
+            out = label(source, item)
+            cycles[splits[i]] += 1
+            cursor.handed = i + 1
             yield out
 
     def _session(self, key: tuple[int, int], splits: tuple[int, ...]) -> tuple[Session, Iterator[Any]]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterator, Sequence
+from itertools import islice
 from typing import Any
 
 from ._checkpoint import PackedState, State
@@ -169,17 +170,19 @@ class MixtureIterator:
         key = (self.schedule.source[u], self.schedule.epoch[u])
         before = self.cursor.entry(key)
         session, it = self._session(key, splits)
-        got: list[Any] = []
         after: list[State] = []
-        packed = isinstance(before, PackedState)
-        for _ in splits:
-            item = next(it, _END)
-            if item is _END:
-                return None
-            got.append(item)
-            if packed:
+        if isinstance(before, PackedState):  # the state after every block of the cycle
+            got: list[Any] = []
+            for _ in splits:
+                item = next(it, _END)
+                if item is _END:
+                    return None
+                got.append(item)
                 after.append(session.progress(before))
-        if not packed:
+        else:  # rows: a split's values change with its own row only, one state after the cycle
+            got = list(islice(it, len(splits)))
+            if len(got) < len(splits):
+                return None
             after.append(session.progress(before))
         self.cursor.begin(key, splits, before, after)
         return got

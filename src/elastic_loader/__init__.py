@@ -29,6 +29,8 @@ if TYPE_CHECKING:  # the same names as _EXPORTS (tests/meta/test_exports.py chec
         merge_state_dicts as merge_state_dicts,
     )
     from ._pipeline.loader import StreamingDataLoader as StreamingDataLoader
+    from ._pipeline.mixture import StreamingMixture as StreamingMixture
+    from ._pipeline.mixture_source import MixtureSource as MixtureSource
 
 __version__ = "0.1.0"
 
@@ -40,6 +42,8 @@ _EXPORTS = {
     "LocalShuffle": "._pipeline._positions",
     "DEFAULT_READ_BATCH_SIZE": "._pipeline.dataset",
     "DEFAULT_IO_QUEUE_DEPTH": "._pipeline.dataset",
+    "StreamingMixture": "._pipeline.mixture",
+    "MixtureSource": "._pipeline.mixture_source",
 }
 """Every public name, and the module that defines it (loaded on first use)."""
 

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from . import StreamingDataset, merge_state_dicts
+from . import StreamingDataset, StreamingMixture
 
 __all__ = ["merged_state_dict", "save_checkpoint", "load_checkpoint"]
 
@@ -32,7 +32,7 @@ def _distributed() -> bool:
     return dist.is_available() and dist.is_initialized()
 
 
-def merged_state_dict(dataset: StreamingDataset, group: Any = None) -> dict[str, object]:
+def merged_state_dict(dataset: StreamingDataset | StreamingMixture, group: Any = None) -> dict[str, object]:
     """Every rank's ``dataset.state_dict()``, exchanged over ``group`` and merged.
 
     A collective: every rank of ``group`` must call it at the same global step.
@@ -62,7 +62,8 @@ def merged_state_dict(dataset: StreamingDataset, group: Any = None) -> dict[str,
     if failed:
         detail = "; ".join(f"rank {rank}: {message}" for rank, message in sorted(failed.items()))
         raise RuntimeError(f"cannot checkpoint this step: {detail}")
-    return merge_state_dicts([item for item in gathered if isinstance(item, dict)])
+    states = [item for item in gathered if isinstance(item, dict)]
+    return dataset.merge_state_dicts(states)  # a StreamingMixture merges its own checkpoints
 
 
 def save_checkpoint(obj: object, path: str | os.PathLike[str]) -> None:

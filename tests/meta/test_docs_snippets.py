@@ -144,6 +144,15 @@ def pipeline_columnar(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, A
 
 Context = Callable[[Path, pytest.MonkeyPatch], dict[str, Any]]
 
+def mixtures_guide(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """Three small tables ``web``, ``code`` and ``books`` (``id``, ``text``); one rank of one."""
+    db = lancedb.connect(str(tmp / "db"))
+    for name, rows in (("web", 160), ("code", 96), ("books", 48)):
+        ids = list(range(rows))
+        db.create_table(name, pa.table({"id": ids, "text": [f"{name}-{i}" for i in ids]}), mode="overwrite")
+    return {"db_path": str(tmp / "db"), "rank": 0, "world_size": 1}
+
+
 CONTEXTS: dict[tuple[str, int], Context] = {
     ("README.md", 0): readme_use_it,
     ("docs/CHECKPOINTS.md", 0): checkpoints_guide,
@@ -158,6 +167,7 @@ CONTEXTS: dict[tuple[str, int], Context] = {
     ("docs/INTEGRATIONS.md", 3): integrations_guide,
     ("docs/PIPELINE.md", 0): checkpoints_guide,
     ("docs/PIPELINE.md", 1): pipeline_columnar,
+    ("docs/MIXTURES.md", 0): mixtures_guide,
 }
 
 ALL = list(snippets())

@@ -53,6 +53,7 @@ from .._exports import public
 from . import _columnar, _loaderstate, _reseed
 from ._guard import check_main_guard
 from .dataset import LoaderLink, StreamingDataset
+from .mixture import MixtureLink, StreamingMixture
 
 logger = logging.getLogger("elastic_loader")
 
@@ -98,6 +99,11 @@ class _Delivered(NamedTuple):
     """The torch worker that produced the batch (``None``: the main process)."""
 
 
+def _link_for(dataset: Any) -> Any:
+    """The narrow interface of a dataset or a mixture (``dataset.LoaderLink``, ``mixture.MixtureLink``)."""
+    return MixtureLink(dataset) if isinstance(dataset, StreamingMixture) else LoaderLink(dataset)
+
+
 class _Adapter(IterableDataset[Any]):
     """What torch iterates: the dataset's items, with the consumer-commit transport on.
 
@@ -106,10 +112,10 @@ class _Adapter(IterableDataset[Any]):
     loader's snapshots, ``iterations`` counts this copy's iterations.
     """
 
-    def __init__(self, dataset: StreamingDataset) -> None:
+    def __init__(self, dataset: StreamingDataset | StreamingMixture) -> None:
         super().__init__()
         self.dataset = dataset
-        self.link = LoaderLink(dataset)
+        self.link = _link_for(dataset)
         self.active = False
         self.reseed: str | None = None
         self.iterations = 0
@@ -131,7 +137,7 @@ class _Adapter(IterableDataset[Any]):
         parent's snapshot (here, inside the generator, so a failure reaches the trainer)."""
         if self.reseed is not None and iteration > 1 and get_worker_info() is not None:
             fresh = _reseed.load(self.reseed, iteration)
-            link = LoaderLink(fresh)
+            link = _link_for(fresh)
             link.keep_shared(self.link)
             self.dataset, self.link = fresh, link
         yield from self.link.items(self.columnar)
@@ -395,9 +401,12 @@ class StreamingDataLoader(DataLoader[Any]):
         batch_format: str | None = None,
         **kwargs: Any,
     ) -> None:
-        if not isinstance(dataset, StreamingDataset):
-            raise TypeError(f"StreamingDataLoader requires a StreamingDataset, got {type(dataset).__name__}")
-        if type(dataset).__iter__ is not StreamingDataset.__iter__:
+        if not isinstance(dataset, (StreamingDataset, StreamingMixture)):
+            raise TypeError(
+                "StreamingDataLoader requires a StreamingDataset or StreamingMixture, got "
+                f"{type(dataset).__name__}"
+            )
+        if isinstance(dataset, StreamingDataset) and type(dataset).__iter__ is not StreamingDataset.__iter__:
             raise TypeError(
                 "StreamingDataLoader does not support StreamingDataset subclasses that override __iter__: "
                 "they cannot provide exact per-batch checkpoints"

@@ -16,6 +16,13 @@
 
 Exit status 0 means every check passed.
 
+``--mixture`` runs the mixture demo instead (:func:`mixture_main`): three source tables (web, code,
+books) mixed 5:3:2 by a ``StreamingMixture`` on 4 processes, killed with SIGKILL mid-epoch,
+resumed on 2 processes with weights 2:3:5 (a new regime from the resumed step on); the self-check
+prints the realised proportions per regime and checks that every global step holds the scheduled
+sources and that no sample of any source is repeated or lost. ``--scale k`` divides the sources'
+rows by ``k`` (use a fresh ``--dir``: existing tables are reused).
+
 The job-control helpers here (:func:`launch`, :func:`kill_tree`,
 :func:`read_attempts`, :func:`effective_steps`, :func:`account`) are also
 used by the distributed tests; ``docs/DISTRIBUTED.md`` defines "lost" and
@@ -287,7 +294,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--dir", type=Path, default=Path("demo_data"))
     parser.add_argument("--seed", type=int, default=SEED, help="seed of the kill moment")
+    parser.add_argument(
+        "--mixture", action="store_true", help="a 3-source mixture, resumed with changed weights"
+    )
+    parser.add_argument("--scale", type=int, default=1, help="mixture: divide the sources' rows by this")
     args = parser.parse_args(argv)
+    if args.mixture:
+        return mixture_main(args.dir.resolve(), args.seed, args.scale)
     directory: Path = args.dir.resolve()
     directory.mkdir(parents=True, exist_ok=True)
     import numpy as np
@@ -380,6 +393,141 @@ def main(argv: list[str] | None = None) -> int:
     failed = [name for name, ok in checks.items() if not ok]
     print("demo passed" if not failed else f"demo FAILED: {failed} (job output: {output})")
     return 1 if failed else 0
+
+
+# ------------------------------------------------------------------ the mixture demo
+
+SOURCES = (("web", 1920), ("code", 960), ("books", 480))
+WEIGHTS_A, WEIGHTS_B = (5.0, 3.0, 2.0), (2.0, 3.0, 5.0)
+
+
+def _proportions(
+    history: Sequence[tuple[int, tuple[int, ...]]],
+    regimes: Sequence[tuple[int, dict[str, int]]],
+    schedule: Sequence[str],
+    per_step: int,
+    cycles: int,
+) -> list[tuple[int, int, dict[str, float], dict[str, float], dict[str, int]]]:
+    """Per regime: its first and last global step, the realised share of every source in the
+    samples trained in it, and the share its weights promise (over the scheduled cycles)."""
+    from elastic_loader.examples.train import SOURCE_IDS
+
+    names = [n for n, _ in SOURCES]
+    out = []
+    starts = [r[0] for r in regimes] + [len(schedule)]
+    for (start, weights), end in zip(regimes, starts[1:]):
+        first, last = start // cycles, -(-end // cycles)
+        counted = Counter(names[i // SOURCE_IDS] for _, ids in history[first:last] for i in ids)
+        total = sum(counted.values()) or 1
+        share = {n: counted[n] / total for n in names}
+        scheduled = Counter(schedule[start:end])
+        promised = {n: scheduled[n] / max(1, end - start) for n in names}
+        out.append((first + 1, last, share, promised, weights))
+    return out
+
+
+def mixture_main(directory: Path, seed: int, scale: int = 1) -> int:
+    """The mixture demo: web, code and books with weights 5:3:2 on 4 processes, killed mid-epoch,
+    resumed on 2 processes with weights 2:3:5; 0 when every self-check passed."""
+    from elastic_loader import MixtureSource, StreamingMixture
+    from elastic_loader.distributed import load_checkpoint
+    from elastic_loader.examples import train
+
+    directory.mkdir(parents=True, exist_ok=True)
+    sources_rows = [(n, r // scale) for n, r in SOURCES]
+    job_dir = directory / "mixture-job"
+    shutil.rmtree(job_dir, ignore_errors=True)
+    num_splits, cycles = 4, 2
+    spec = ",".join(f"{n}:{r}" for n, r in sources_rows)
+    common = ["--db", str(directory / "db"), "--num-splits", str(num_splits), "--cycles", str(cycles)]
+    common += ["--seed", str(SEED), "--mixture", spec, "--checkpoint-dir", str(job_dir), "--workers", "1"]
+    rows = sum(r for _, r in sources_rows)
+    total, per_step = rows // (num_splits * cycles), num_splits * cycles
+    print(f"elastic-loader mixture demo in {directory}")
+    print(
+        f"sources {dict(sources_rows)} (rows), {num_splits} splits; "
+        f"a global step = {cycles} cycles = {per_step} samples"
+    )
+    output = directory / "mixture-job.log"
+    output.write_bytes(b"")
+    logs = job_dir / "steps"
+    rng = random.Random(seed)
+    kill_after = rng.randint(total * 3 // 10, total * 5 // 10)
+    weights_a = ",".join(str(w) for w in WEIGHTS_A)
+    job = launch(4, [*common, "--weights", weights_a], output)
+    _follow(logs / "attempt-0000.jsonl", total, "phase A: 4 processes, weights 5:3:2", kill_after, job)
+    time.sleep(rng.uniform(0.0, 0.1))
+    killed = kill_tree(job.pid)
+    job.wait()
+    print(f"phase A: SIGKILL to {killed} processes")
+    job = launch(2, [*common, "--weights", ",".join(str(w) for w in WEIGHTS_B)], output)
+    _follow(logs / "attempt-0001.jsonl", total, "phase B: 2 processes, weights 2:3:5", None, job)
+    status = job.wait()
+
+    attempts = read_attempts(job_dir)
+    if len(attempts) != 2:
+        print(
+            f"demo FAILED: expected 2 launches in the step logs, found {len(attempts)} (job output: {output})"
+        )
+        return 1
+    a, b = attempts
+    history = effective_steps(attempts)
+    checkpoint = load_checkpoint(job_dir / train.CHECKPOINT)
+    opener = train.TableOpener(str(directory / "db"))
+    sources = {
+        n: MixtureSource(opener(f"examples_{n}"), shuffle_seed=SEED + k) for k, (n, _) in enumerate(SOURCES)
+    }
+    mix = StreamingMixture(
+        sources, list(WEIGHTS_B), num_splits=num_splits, seed=SEED, on_exhausted="renormalize"
+    )
+    if checkpoint is not None:
+        mix.load_state_dict(checkpoint["loader"])
+    schedule, regimes = mix.schedule(), mix.regimes
+    per_source: dict[str, Accounting] = {}
+    for k, (name, n) in enumerate(sources_rows):
+        mine = [(e, [i for i in ids if i // train.SOURCE_IDS == k]) for e, ids in history]
+        per_source[name] = account(mine, {0: set(range(k * train.SOURCE_IDS, k * train.SOURCE_IDS + n))})
+    step_sources = [Counter(i // train.SOURCE_IDS for i in ids) for _, ids in history]
+    want_sources = [
+        Counter(
+            [
+                SOURCES_INDEX[name]
+                for name in schedule[g * cycles : (g + 1) * cycles]
+                for _ in range(num_splits)
+            ]
+        )
+        for g in range(len(history))
+    ]
+    table = _proportions(history, regimes, schedule, per_step, cycles)
+    checks = {
+        "phase B resumed mid-epoch on 2 processes": 0 < b.resumed_from < total and b.world_size == 2,
+        "phase B finished the epoch cleanly": status == 0 and b.end == total,
+        "the new weights apply from the resumed step on (a second regime)": len(regimes) == 2
+        and regimes[1][0] == b.resumed_from * cycles,
+        "every global step holds the scheduled sources": step_sources == want_sources,
+        "no repeated or lost sample per source": all(
+            (c.lost, c.duplicated, c.unexpected) == (0, 0, 0) for c in per_source.values()
+        ),
+    }
+    print()
+    print(f"phase A logged {max(a.steps, default=0)} steps; phase B resumed from step {b.resumed_from}")
+    for first, last, share, promised, weights in table:
+        ratio = ":".join(str(w) for w in weights.values())
+        shown = ", ".join(f"{n} {share[n]:.3f} (scheduled {promised[n]:.3f})" for n in share)
+        print(f"steps {first}..{last}, weights {ratio} (a drained source drops out): realised {shown}")
+    for name, c in per_source.items():
+        print(
+            f"{name}: trained {c.trained}; lost {c.lost}, duplicated {c.duplicated}, "
+            f"unexpected {c.unexpected}"
+        )
+    for name, ok in checks.items():
+        print(f"  [{'ok' if ok else 'FAILED'}] {name}")
+    failed = [name for name, ok in checks.items() if not ok]
+    print("mixture demo passed" if not failed else f"mixture demo FAILED: {failed} (job output: {output})")
+    return 1 if failed else 0
+
+
+SOURCES_INDEX = {name: k for k, (name, _) in enumerate(SOURCES)}
 
 
 if __name__ == "__main__":

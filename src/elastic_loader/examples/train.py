@@ -56,10 +56,12 @@ import pyarrow as pa
 import torch
 import torch.distributed as dist
 
-from elastic_loader import StreamingDataLoader, StreamingDataset
+from elastic_loader import MixtureSource, StreamingDataLoader, StreamingDataset, StreamingMixture
 from elastic_loader.distributed import load_checkpoint, merged_state_dict, save_checkpoint
 
 FEATURES = 8
+SOURCE_IDS = 1_000_000
+"""Mixture mode: source ``k``'s ids start at ``k * SOURCE_IDS``, so an id names its source."""
 CHECKPOINT = "checkpoint.pt"
 
 # Environment variables read by :func:`storage_options_from_env`, by storage option.
@@ -100,8 +102,8 @@ class TableOpener:
         return self.connect().open_table(name)
 
 
-def build_table(opener: TableOpener, name: str, rows: int, seed: int = 0) -> Any:
-    """Create table ``name`` (``rows`` rows, ``id = 0..rows-1``) unless it exists; return it."""
+def build_table(opener: TableOpener, name: str, rows: int, seed: int = 0, first_id: int = 0) -> Any:
+    """Create table ``name`` (``rows`` rows, ids from ``first_id`` on) unless it exists; return it."""
     db = opener.connect()
     if name not in db.list_tables().tables:
         rng = np.random.default_rng(seed)
@@ -109,7 +111,8 @@ def build_table(opener: TableOpener, name: str, rows: int, seed: int = 0) -> Any
         w = np.linspace(-1.0, 1.0, FEATURES)
         y = x.astype(np.float64) @ w + 0.1 * rng.standard_normal(rows)
         features = pa.FixedSizeListArray.from_arrays(pa.array(x.reshape(-1)), FEATURES)
-        db.create_table(name, pa.table({"id": np.arange(rows, dtype=np.int64), "x": features, "y": y}))
+        ids = np.arange(first_id, first_id + rows, dtype=np.int64)
+        db.create_table(name, pa.table({"id": ids, "x": features, "y": y}))
     return db.open_table(name)
 
 
@@ -155,6 +158,11 @@ class Config:
     sync_epoch_end: bool = True
     stop_after: int | None = None
     step_sleep: float = 0.0
+    mixture: tuple[tuple[str, int], ...] = ()
+    """Mixture mode: ``(source name, rows)`` of every source table (``<table>_<name>``, ids from
+    ``k * SOURCE_IDS`` for source ``k``); empty: one table."""
+    weights: tuple[float, ...] = ()
+    """The mixture's weights (one per source); on resume they apply from the resumed step on."""
     save: str = "merged"
     """``merged``: every rank's state merged over the group (``merged_state_dict``); ``rank0``: rank 0
     saves its own ``state_dict()`` alone, as Lightning does (no collective; the other ranks' splits
@@ -250,7 +258,35 @@ class _StepLog:
         self._handle.close()
 
 
-def _dataset(config: Config, table: Any, opener: TableOpener, world: _World, epoch: int) -> StreamingDataset:
+def _mixture(config: Config, opener: TableOpener, world: _World, epoch: int) -> StreamingMixture:
+    """Mixture mode: one source per table, each with its own seed; sources drained ("renormalize")."""
+    sources = {
+        name: MixtureSource(
+            opener(f"{config.table}_{name}"),
+            shuffle_seed=config.seed + k,
+            columns=["id", "x", "y"],
+            read_batch_size=config.read_batch_size,
+            transform=Examples(config.skip_ids),
+            transform_parallelism=1,
+            connection_factory=opener,
+        )
+        for k, (name, _) in enumerate(config.mixture)
+    }
+    return StreamingMixture(
+        sources,
+        list(config.weights),
+        num_splits=config.num_splits,
+        rank=world.rank,
+        world_size=world.size,
+        seed=config.seed,
+        epoch=epoch,
+        on_exhausted="renormalize",
+    )
+
+
+def _dataset(config: Config, table: Any, opener: TableOpener, world: _World, epoch: int) -> Any:
+    if config.mixture:
+        return _mixture(config, opener, world, epoch)
     return StreamingDataset(
         table,
         num_splits=config.num_splits,
@@ -299,7 +335,7 @@ def _sgd_step(
     return ids
 
 
-def _loader_state(config: Config, dataset: StreamingDataset, world: _World) -> dict[str, object] | None:
+def _loader_state(config: Config, dataset: Any, world: _World) -> dict[str, object] | None:
     """What this rank contributes to the checkpoint: the merged state, or rank 0's own state alone."""
     if config.save == "merged":
         return merged_state_dict(dataset)
@@ -314,6 +350,8 @@ def train(config: Config) -> Summary:
     opener = TableOpener(config.db)
     if world.rank == 0:
         build_table(opener, config.table, config.rows, config.seed)
+        for k, (name, rows) in enumerate(config.mixture):
+            build_table(opener, f"{config.table}_{name}", rows, config.seed + k, k * SOURCE_IDS)
     world.barrier()
     table = opener(config.table)
     workers = config.workers
@@ -420,6 +458,12 @@ def parse_args(argv: list[str] | None = None) -> Config:
     parser.add_argument("--stop-after", type=int, default=None, help="stop cleanly after this global step")
     parser.add_argument("--step-sleep", type=float, default=0.0, help="seconds of simulated compute per step")
     parser.add_argument(
+        "--mixture",
+        default="",
+        help="mixture mode: name:rows,... of the source tables (e.g. web:2400,code:1200)",
+    )
+    parser.add_argument("--weights", default="", help="mixture weights, one per source (e.g. 5,3,2)")
+    parser.add_argument(
         "--save",
         choices=("merged", "rank0"),
         default="merged",
@@ -443,6 +487,8 @@ def parse_args(argv: list[str] | None = None) -> Config:
         stop_after=args.stop_after,
         step_sleep=args.step_sleep,
         save=args.save,
+        mixture=tuple((n, int(r)) for n, r in (p.split(":") for p in args.mixture.split(",") if p)),
+        weights=tuple(float(w) for w in args.weights.split(",") if w),
     )
 
 

@@ -1,0 +1,314 @@
+"""The mixture machine: ``StreamingMixture`` and ``spec.mixture`` side by side, session after session.
+
+A Hypothesis state machine over one mixture of three real tables (its plan drawn at the start:
+splits, weights, ``on_exhausted``, ``cycles``, rows or packing, the seed). Each rule step is a
+*session*: every rank of a drawn topology resumes the current checkpoint (with new weights or
+not), delivers the same number of batches through ``StreamingDataLoader`` (lockstep), and the job
+keeps either the merge of every rank's state or one rank's state. After every session the machine
+checks, on what the pipeline did:
+
+* the items every rank received are the spec's (``run_mixture_session``), and so are the merged
+  and every one-rank checkpoint;
+* ``MixtureProportionInv`` on the pipeline's schedule (its source per global cycle, against the
+  spec's segments);
+* ``MixtureExactlyOnceProp`` on every item delivered since the epoch began (the pipeline's items,
+  identified by their source and row against the spec's items of the same delivery);
+* ``MixtureLockstepInv`` on every one-rank checkpoint the pipeline wrote, for world sizes 1, 2, 4;
+* ``MixtureElasticDeterminismProp`` (rule ``global_steps``): a fresh epoch's global steps as a drawn
+  topology of pipelines delivers them equal the topology-free ones.
+
+Rules of this module: a violation raises ``InvariantViolation`` with the name it breaks; a
+difference between the pipeline and the spec that no invariant names raises ``AssertionError``.
+The machine imports the pipeline, LanceDB and Hypothesis when it is used, never at import time of
+``elastic_loader.testing``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
+from ...spec import invariants_mixture as inv
+from ...spec.invariants import InvariantViolation
+from ...spec.mixture import (
+    MixtureItem,
+    initial_mixture_state,
+    item_key,
+    mixture_global_steps,
+    run_mixture_loader,
+)
+from ...spec.mixture_saved import (
+    exact_mixture,
+    load_mixture,
+    run_mixture_session,
+    snapshot_mixture,
+)
+from ...spec.mixture_schedule import MixtureConfig, Regime, Schedule, Slot, SourceData, mixture_schedule
+from ...spec.packing import Block
+from ...spec.rows import Yielded
+from ...spec.topology import PackingConfig, RunConfig, Topology
+from ..tables import TableCache, TableKey
+
+NAMES = ("web", "code", "books")
+KEYS = {"web": TableKey(24, 2), "code": TableKey(16, 1), "books": TableKey(8, 2)}
+SEEDS = {"web": 1, "code": 2, "books": 3}
+EOS, PAD, LENGTH = -1, -2, 4
+
+
+@dataclass(frozen=True)
+class MixturePlan:
+    """The mixture one example runs."""
+
+    num_splits: int
+    weights: tuple[int, int, int]
+    on_exhausted: str
+    cycles: int | None
+    packed: bool
+    seed: int
+
+    def blocks(self, name: str) -> int:
+        return KEYS[name].rows // 2 // self.num_splits * self.num_splits
+
+
+@st.composite
+def mixture_plans(draw: st.DrawFn) -> MixturePlan:
+    weights = draw(st.tuples(*[st.integers(0, 4)] * 3).filter(lambda w: sum(w) > 0))
+    on_exhausted = draw(st.sampled_from(["stop", "cycle", "renormalize"]))
+    cycles = draw(st.integers(4, 16)) if on_exhausted == "cycle" else draw(st.none() | st.integers(3, 16))
+    return MixturePlan(
+        draw(st.sampled_from([2, 4])),
+        weights,
+        on_exhausted,
+        cycles,
+        draw(st.booleans()),
+        draw(st.integers(0, 5)),
+    )
+
+
+def _strip(state: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = json.loads(json.dumps(state))
+    out.pop("elastic_loader", None)
+    return out
+
+
+def _pipeline_key(item: Any) -> tuple[object, ...]:
+    if "input_ids" in item:
+        return (item["source"], tuple(item["input_ids"].tolist()), tuple(item["doc_ids"].tolist()))
+    return (item["source"], item["id"])
+
+
+def _spec_key(item: MixtureItem) -> tuple[object, ...]:
+    inner = item.item
+    if isinstance(inner, Yielded):
+        return (NAMES[item.source], inner.row_id)
+    assert isinstance(inner, Block)
+    return (NAMES[item.source], inner.input_ids, inner.doc_ids)
+
+
+class MixtureMachine(RuleBasedStateMachine):
+    """See the module docstring; bind the tables with :meth:`bind` first."""
+
+    tables: ClassVar[TableCache | None] = None
+
+    @classmethod
+    def bind(cls, tables: TableCache) -> type[MixtureMachine]:
+        return type("MixtureMachine", (cls,), {"tables": tables})
+
+    # ------------------------------------------------------------ the model
+
+    @initialize(plan=mixture_plans())
+    def start(self, plan: MixturePlan) -> None:
+        assert self.tables is not None, "bind the machine to a TableCache first"
+        self.plan = plan
+        packing = {n: PackingConfig(LENGTH, EOS, PAD, plan.blocks(n)) if plan.packed else None for n in NAMES}
+        sources = tuple(RunConfig(plan.num_splits, SEEDS[n], 0, None, packing[n]) for n in NAMES)
+        self.config = MixtureConfig(NAMES, sources, plan.seed, 0, plan.on_exhausted, plan.cycles)
+        data = []
+        for n in NAMES:
+            perms = {
+                e: self.tables.permutation(
+                    KEYS[n],
+                    num_splits=plan.num_splits,
+                    shuffle_seed=SEEDS[n],
+                    epoch=e,
+                    shuffle=True,
+                    filter=None,
+                )
+                for e in range(0, 17)  # "cycle" reads at most 16 epochs of a source
+            }
+            corpus = {i: d or () for i, d in self.tables.documents(KEYS[n]).items()} if plan.packed else None
+            data.append(SourceData(perms, corpus=corpus))
+        self.data = tuple(data)
+        self.weights = plan.weights
+        self.regimes: tuple[Regime, ...] = (Regime(0, plan.weights),)
+        self.checkpoint: dict[str, Any] | None = None
+        self.delivered: list[MixtureItem] = []
+        self.finished = False
+        self.one_rank: list[tuple[dict[str, Any], Any]] = []
+        self.scheduled: list[str] = self._mixture(0, 1, plan.weights).schedule()
+
+    def _mixture(self, rank: int, world_size: int, weights: tuple[int, ...]) -> Any:
+        from elastic_loader import MixtureSource, StreamingMixture
+
+        assert self.tables is not None
+        plan = self.plan
+        sources = {}
+        for n in NAMES:
+            opts: dict[str, Any] = {"shuffle_seed": SEEDS[n], "read_batch_size": 3}
+            if plan.packed:
+                opts.update(columns=["tokens"], pack_sequences=LENGTH, eos_id=EOS, pad_id=PAD)
+                opts["blocks_per_epoch"] = plan.blocks(n)
+            else:
+                opts["columns"] = ["id"]
+            sources[n] = MixtureSource(self.tables.table(KEYS[n]), **opts)
+        return StreamingMixture(
+            sources,
+            list(weights),
+            num_splits=plan.num_splits,
+            rank=rank,
+            world_size=world_size,
+            seed=plan.seed,
+            on_exhausted=plan.on_exhausted,
+            cycles=plan.cycles,
+            resolution=sum(weights),
+        )
+
+    # ------------------------------------------------------------ sessions
+
+    @rule(
+        world_size=st.sampled_from([1, 2, 4]),
+        batch_size=st.integers(1, 4),
+        batches=st.integers(0, 6),
+        reweight=st.none() | st.tuples(*[st.integers(0, 4)] * 3).filter(lambda w: sum(w) > 0),
+        merge=st.booleans(),
+        writer=st.integers(0, 3),
+    )
+    def session(
+        self, world_size: int, batch_size: int, batches: int, reweight: Any, merge: bool, writer: int
+    ) -> None:
+        from elastic_loader import StreamingDataLoader
+
+        if world_size > self.plan.num_splits or self.finished:
+            return
+        start = self.checkpoint or json.loads(
+            json.dumps(
+                snapshot_mixture(exact_mixture(self.config, self.regimes, initial_mixture_state(self.config)))
+            )
+        )
+        weights = tuple(reweight) if reweight is not None else self.weights
+        spec = run_mixture_session(
+            self.config, self.data, start, (world_size, 0), batch_size, batches, weights, skipping=False
+        )
+        per_rank = [
+            [i for i in spec.items if i.split // (self.plan.num_splits // world_size) == r]
+            for r in range(world_size)
+        ]
+        b = min(batches, *(-(-len(items) // batch_size) for items in per_rank)) if per_rank else 0
+        states = []
+        for r in range(world_size):
+            mix = self._mixture(r, world_size, weights)
+            if self.checkpoint is not None:
+                mix.load_state_dict(self.checkpoint)
+            loader = StreamingDataLoader(mix, batch_size=batch_size, collate_fn=list)
+            got: list[Any] = []
+            it = iter(loader)
+            for _ in range(b):
+                got += next(it)
+            del it
+            want = per_rank[r]
+            if [_pipeline_key(i) for i in got] != [_spec_key(i) for i in want]:
+                raise InvariantViolation(
+                    "MixtureExactlyOnceProp", f"rank {r} of {world_size} delivered other items than the spec"
+                )
+            self.delivered += want
+            states.append(mix.state_dict())
+        self.regimes, self.weights = spec.regimes, weights
+        merged = self._mixture(0, 1, weights).merge_state_dicts(states)
+        assert _strip(merged) == _strip(snapshot_mixture(spec.truth)), (
+            "merged checkpoint differs from the spec's"
+        )
+        for r, state in enumerate(states):
+            assert _strip(state) == _strip(snapshot_mixture(spec.one_rank[r])), (
+                f"rank {r}'s checkpoint differs"
+            )
+            self.one_rank.append((state, spec.truth.state))
+        self.checkpoint = merged if merge else states[writer % world_size]
+        self.finished = spec.finished
+        self.scheduled = mix.schedule()
+
+    @rule(world_size=st.sampled_from([1, 2, 4]), cycles_per_step=st.integers(1, 3))
+    def global_steps(self, world_size: int, cycles_per_step: int) -> None:
+        """A fresh epoch's global steps, as ``world_size`` pipelines (no workers) deliver them."""
+        from elastic_loader import StreamingDataLoader
+
+        if world_size > self.plan.num_splits:
+            return
+        regimes = (Regime(0, self.plan.weights),)
+        expected = mixture_global_steps(self.config, regimes, self.data, cycles_per_step)
+        k = self.plan.num_splits // world_size
+        per_rank = []
+        for r in range(world_size):
+            spec = run_mixture_loader(
+                self.config,
+                regimes,
+                self.data,
+                Topology(world_size, r, 0),
+                initial_mixture_state(self.config),
+                k * cycles_per_step,
+            )
+            mix = self._mixture(r, world_size, self.plan.weights)
+            batches = [
+                list(b) for b in StreamingDataLoader(mix, batch_size=k * cycles_per_step, collate_fn=list)
+            ]
+            steps = []
+            for batch, d in zip(batches, spec.deliveries):
+                if [_pipeline_key(i) for i in batch] != [_spec_key(i) for i in d.items]:
+                    break
+                if len(batch) == k * cycles_per_step:
+                    steps.append(frozenset(item_key(i) for i in d.items))
+            per_rank.append(steps)
+        count = min(len(s) for s in per_rank)
+        got = [frozenset().union(*(s[g] for s in per_rank)) for g in range(count)]
+        inv.MixtureElasticDeterminismProp(expected, got, complete=True)
+
+    # ------------------------------------------------------------ invariants
+
+    def _schedule(self) -> Schedule:
+        return mixture_schedule(self.config, self.regimes, self.data)
+
+    @invariant()
+    def MixtureProportionInv(self) -> None:
+        """Judged on the pipeline's schedule: its source per global cycle, the spec's segments."""
+        if not hasattr(self, "plan"):
+            return
+        spec = self._schedule()
+        if len(self.scheduled) != len(spec.slots):
+            raise InvariantViolation(
+                "MixtureProportionInv",
+                f"the pipeline schedules {len(self.scheduled)} global cycles, the spec {len(spec.slots)}",
+            )
+        slots = tuple(Slot(NAMES.index(n), s.epoch, s.index) for n, s in zip(self.scheduled, spec.slots))
+        inv.MixtureProportionInv(Schedule(slots, spec.segments, spec.end))
+
+    @invariant()
+    def MixtureExactlyOnceProp(self) -> None:
+        if hasattr(self, "plan"):
+            inv.MixtureExactlyOnceProp(
+                self.config, self.data, self._schedule(), self.delivered, self.finished
+            )
+
+    @invariant()
+    def MixtureLockstepInv(self) -> None:
+        for state, truth in self.one_rank:
+            saved = load_mixture(self.config, self.data, _strip(state))
+            for world_size in (1, 2, 4):
+                if world_size <= self.plan.num_splits:
+                    inv.MixtureLockstepInv(self.data, truth, saved, world_size, may_refuse=False)
+        self.one_rank.clear()
+
+
+__all__ = ["MixtureMachine", "MixturePlan", "mixture_plans"]

@@ -142,8 +142,6 @@ def pipeline_columnar(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, A
     return {"db_path": str(tmp / "db")}
 
 
-Context = Callable[[Path, pytest.MonkeyPatch], dict[str, Any]]
-
 def mixtures_guide(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """Three small tables ``web``, ``code`` and ``books`` (``id``, ``text``); one rank of one."""
     db = lancedb.connect(str(tmp / "db"))
@@ -152,6 +150,8 @@ def mixtures_guide(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]
         db.create_table(name, pa.table({"id": ids, "text": [f"{name}-{i}" for i in ids]}), mode="overwrite")
     return {"db_path": str(tmp / "db"), "rank": 0, "world_size": 1}
 
+
+Context = Callable[[Path, pytest.MonkeyPatch], dict[str, Any]]
 
 CONTEXTS: dict[tuple[str, int], Context] = {
     ("README.md", 0): readme_use_it,

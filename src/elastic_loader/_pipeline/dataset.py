@@ -291,7 +291,8 @@ class StreamingDataset(StatisticsView, IterableDataset[Any]):
             blocks_per_epoch=blocks,
             reader=reader,
             counters=self._counters,
-            hook=hook, columnar=columnar,
+            hook=hook,
+            columnar=columnar,
             targets=tracker.targets(owned),
         )
         self._lease.session = session

@@ -19,13 +19,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from .._exports import public
 from ._checkpoint import Identity, PackedState, RowState, State
-from ._epoch import build_epoch
+from ._epoch import Perm, build_epoch, split_rows
 from ._handle import TableHandle
-from ._lance import SplitRows
 from ._session import Session
 from ._settings import Settings, settings_for
 from ._stats import Counters
@@ -103,7 +100,7 @@ class SourceReader:
                 "know a source's blocks without reading it); pass an int"
             )
         self.handle = TableHandle(source.table, self.settings)
-        self.perms: dict[int, SplitRows] = {}
+        self.perms: dict[int, Perm] = {}
         self.version: int | None = None
 
     def build(self, epochs: range, version: int | None = None) -> None:
@@ -151,11 +148,10 @@ class SourceReader:
 
     def session(self, epoch: int, owned: list[int], start: State, counters: Counters) -> Session:
         """A single-table session over ``owned`` splits of source epoch ``epoch`` from ``start``."""
-        rows = self.perms[epoch].rows
         return Session(
             self.settings,
             owned,
-            [np.asarray(rows[s]) for s in owned],
+            split_rows(self.perms[epoch], owned),
             start,
             blocks_per_epoch=self.blocks_per_epoch,
             reader=self.handle.reader(),

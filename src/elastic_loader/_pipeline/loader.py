@@ -423,6 +423,11 @@ class StreamingDataLoader(DataLoader[Any]):
             kwargs["multiprocessing_context"] = default_context()
         self._streaming_dataset = dataset
         columnar = None
+        if batch_format is not None and isinstance(dataset, StreamingMixture):
+            raise ValueError(
+                "batch_format is not supported for a StreamingMixture (its items come from several "
+                "tables); iterate rows, or use one StreamingDataset per source"
+            )
         if batch_format is not None:
             args, kwargs, columnar = _columnar_options(dataset, batch_format, given, kwargs)
         _check_sync(sync_epoch_end)

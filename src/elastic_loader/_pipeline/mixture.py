@@ -442,7 +442,10 @@ class MixtureLink:
     def close(self) -> None:
         """The loader iteration is over."""
 
-    def items(self) -> Iterator[Any]:
+    def items(self, columnar: object = None) -> Iterator[Any]:
+        """The mixture's items for torch (rows or blocks; a loader never asks a mixture for
+        columnar batches, ``StreamingDataLoader`` refuses ``batch_format`` with one)."""
+        assert columnar is None
         return self._mixture._run(transport=True)
 
     def snapshot(self) -> dict[str, object]:

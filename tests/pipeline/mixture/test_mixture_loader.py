@@ -101,3 +101,11 @@ def test_in_process_last_partial_batch_is_committed(model: Any, keys: Any) -> No
     saved = MixtureSaved(config, regimes, spec.state_after(len(spec.deliveries)), frozenset(range(4)))
     assert _strip(_dataset_state(loader.state_dict())) == json.loads(json.dumps(snapshot_mixture(saved)))
     assert loader.epoch_finished()
+
+
+def test_columnar_batches_are_refused_for_a_mixture(model: Any) -> None:
+    """Origin: merging columnar batches with mixtures. A mixture's items come from several tables,
+    so ``batch_format`` is refused when the loader is built, before any worker starts."""
+    model.options = {n: {"columns": ["id"]} for n in NAMES}
+    with pytest.raises(ValueError, match="batch_format is not supported for a StreamingMixture"):
+        StreamingDataLoader(model.pipeline(), batch_size=4, batch_format="arrow")

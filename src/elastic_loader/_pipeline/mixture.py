@@ -173,16 +173,23 @@ class StreamingMixture(IterableDataset[Any]):
     # ------------------------------------------------------------ schedule and progress
 
     def _schedule_for(self, regimes: tuple[Regime, ...]) -> Schedule:
+        """The schedule of ``regimes`` (kept per head, regimes and capacities: loads reuse it)."""
         h = self._head
-        return build_schedule(
-            regimes,
-            [r.capacity for r in self._readers],
-            [h.epoch] * len(self._readers),
-            seed=h.seed,
-            epoch=h.epoch,
-            on_exhausted=h.on_exhausted,
-            cycles=h.cycles,
-        )
+        capacities = tuple(r.capacity for r in self._readers)
+        key = (h, regimes, capacities)
+        cache: dict[Any, Schedule] = self.__dict__.setdefault("_schedules", {})
+        if key not in cache:
+            cache.clear()  # one entry: the regimes of the epoch in use
+            cache[key] = build_schedule(
+                regimes,
+                capacities,
+                [h.epoch] * len(self._readers),
+                seed=h.seed,
+                epoch=h.epoch,
+                on_exhausted=h.on_exhausted,
+                cycles=h.cycles,
+            )
+        return cache[key]
 
     def _use(self, regimes: tuple[Regime, ...], version: dict[str, int | None] | None = None) -> None:
         """Run under ``regimes``, with every source epoch they read built (at ``version[name]``)."""

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from ._exports import lazy_exports
 
 if TYPE_CHECKING:  # the same names as _EXPORTS (tests/meta/test_exports.py checks it)
+    from ._pipeline._mixture_source import MixtureSource as MixtureSource
     from ._pipeline._positions import LocalShuffle as LocalShuffle
     from ._pipeline._stats import Statistics as Statistics
     from ._pipeline.dataset import (
@@ -30,7 +31,6 @@ if TYPE_CHECKING:  # the same names as _EXPORTS (tests/meta/test_exports.py chec
     )
     from ._pipeline.loader import StreamingDataLoader as StreamingDataLoader
     from ._pipeline.mixture import StreamingMixture as StreamingMixture
-    from ._pipeline.mixture_source import MixtureSource as MixtureSource
 
 __version__ = "0.1.0"
 
@@ -43,7 +43,7 @@ _EXPORTS = {
     "DEFAULT_READ_BATCH_SIZE": "._pipeline.dataset",
     "DEFAULT_IO_QUEUE_DEPTH": "._pipeline.dataset",
     "StreamingMixture": "._pipeline.mixture",
-    "MixtureSource": "._pipeline.mixture_source",
+    "MixtureSource": "._pipeline._mixture_source",
 }
 """Every public name, and the module that defines it (loaded on first use)."""
 

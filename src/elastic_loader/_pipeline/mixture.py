@@ -2,18 +2,18 @@
 
 Rules (spec/MIXTURES.md defines every one; this is the pipeline's implementation of it):
 
-* Construction validates every source with the single-table rules (``mixture_source``), checks
+* Construction validates every source with the single-table rules (``_mixture_source``), checks
   that all sources are in row mode or all pack with the same ``pack_sequences``, turns the
-  weights into integer weights (``mixture_schedule.integer_weights``), computes the schedule of
+  weights into integer weights (``_mixture_schedule.integer_weights``), computes the schedule of
   the mixture epoch and builds every source epoch it reads. Nothing reads rows up front.
 * Iteration resolves the owned splits as ``StreamingDataset`` does (``_topology``: rank block,
-  then worker sub-block) and runs one ``mixture_iter.MixtureIterator`` over them: global cycle
+  then worker sub-block) and runs one ``_mixture_iter.MixtureIterator`` over them: global cycle
   ``u`` gives one item of every owned split from the scheduled source epoch, so a global step
   holds the same items of the same sources whatever ``world_size`` and ``num_workers`` are.
 * Items are the sources' items; with ``source_key`` (default ``"source"``) every item, which must
   then be a dict (rows with the default transform, packed blocks), gets the source's name under
   that key. A packed block is always one source's block.
-* ``state_dict()`` is one checkpoint of the whole mixture (``mixture_state.write``): this rank's
+* ``state_dict()`` is one checkpoint of the whole mixture (``_mixture_state.write``): this rank's
   splits reported, every other split as loaded and marked unknown when other ranks exist (their
   progress is not inferred yet: merge every rank's state with :meth:`merge_state_dicts` to resume
   on any topology). ``load_state_dict()`` refuses another mixture, changed tables and a state the
@@ -32,14 +32,11 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from .._exports import public
 from ._gate import CheckpointGate
-from ._session import Lease
-from ._stats import Counters, new_shared, zero_worker_gauges
-from ._topology import check_workers, owned_splits, rank_block, role_splits
-from .mixture_infer import Pass, Start, rank_checkpoint, resolve
-from .mixture_iter import MixtureIterator
-from .mixture_schedule import ON_EXHAUSTED, Regime, Schedule, build_schedule, integer_weights
-from .mixture_source import MixtureSource, SourceReader
-from .mixture_state import (
+from ._mixture_infer import Pass, Start, rank_checkpoint, resolve
+from ._mixture_iter import MixtureIterator
+from ._mixture_schedule import ON_EXHAUSTED, Regime, Schedule, build_schedule, integer_weights
+from ._mixture_source import MixtureSource, SourceReader
+from ._mixture_state import (
     Head,
     MixState,
     Saved,
@@ -52,6 +49,9 @@ from .mixture_state import (
     split_key,
     write,
 )
+from ._session import Lease
+from ._stats import Counters, new_shared, zero_worker_gauges
+from ._topology import check_workers, owned_splits, rank_block, role_splits
 
 
 def _weights(names: Sequence[str], weights: Any, resolution: int) -> tuple[int, ...]:
@@ -173,16 +173,23 @@ class StreamingMixture(IterableDataset[Any]):
     # ------------------------------------------------------------ schedule and progress
 
     def _schedule_for(self, regimes: tuple[Regime, ...]) -> Schedule:
+        """The schedule of ``regimes`` (kept per head, regimes and capacities: loads reuse it)."""
         h = self._head
-        return build_schedule(
-            regimes,
-            [r.capacity for r in self._readers],
-            [h.epoch] * len(self._readers),
-            seed=h.seed,
-            epoch=h.epoch,
-            on_exhausted=h.on_exhausted,
-            cycles=h.cycles,
-        )
+        capacities = tuple(r.capacity for r in self._readers)
+        key = (h, regimes, capacities)
+        cache: dict[Any, Schedule] = self.__dict__.setdefault("_schedules", {})
+        if key not in cache:
+            cache.clear()  # one entry: the regimes of the epoch in use
+            cache[key] = build_schedule(
+                regimes,
+                capacities,
+                [h.epoch] * len(self._readers),
+                seed=h.seed,
+                epoch=h.epoch,
+                on_exhausted=h.on_exhausted,
+                cycles=h.cycles,
+            )
+        return cache[key]
 
     def _use(self, regimes: tuple[Regime, ...], version: dict[str, int | None] | None = None) -> None:
         """Run under ``regimes``, with every source epoch they read built (at ``version[name]``)."""

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from elastic_loader._pipeline import mixture_schedule
+from elastic_loader._pipeline import _mixture_schedule
 from elastic_loader.spec.invariants import InvariantViolation
 from elastic_loader.testing.machines.mixture import MixtureMachine
 from elastic_loader.testing.tables import TableCache
@@ -46,11 +46,11 @@ def test_MixtureProportionInv_MixtureExactlyOnceProp_MixtureLockstepInv_MixtureE
 
 def test_the_machine_sees_a_broken_tie_order(cache: TableCache, monkeypatch: Any) -> None:
     """Origin: the machine must fail when the pipeline's schedule differs from the spec's."""
-    real = mixture_schedule.tie_order
+    real = _mixture_schedule.tie_order
 
     def shifted(sources: int, seed: int, epoch: int) -> tuple[int, ...]:
         return tuple(reversed(real(sources, seed, epoch)))
 
-    monkeypatch.setattr(mixture_schedule, "tie_order", shifted)
+    monkeypatch.setattr(_mixture_schedule, "tie_order", shifted)
     with pytest.raises((InvariantViolation, AssertionError)):
         _run(cache)

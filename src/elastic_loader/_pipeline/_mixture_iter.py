@@ -26,11 +26,11 @@ from itertools import islice
 from typing import Any
 
 from ._checkpoint import PackedState, State
+from ._mixture_schedule import Schedule
+from ._mixture_source import SourceReader
+from ._mixture_state import MixState, Value, assemble, canonical, value
 from ._session import Session
 from ._stats import Counters
-from .mixture_schedule import Schedule
-from .mixture_source import SourceReader
-from .mixture_state import MixState, Value, assemble, canonical, value
 
 
 class MixtureCursor:

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._checkpoint import PackedState, RowState, State, as_dict, as_int, parse_for, snapshot
-from .mixture_schedule import Regime, Schedule
-from .mixture_source import SourceReader
+from ._mixture_schedule import Regime, Schedule
+from ._mixture_source import SourceReader
 
 FORMAT = 1
 PINS = "elastic_loader"

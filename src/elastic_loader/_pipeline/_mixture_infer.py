@@ -22,13 +22,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ._mixture_iter import MixtureIterator
+from ._mixture_schedule import Schedule
+from ._mixture_source import SourceReader
+from ._mixture_state import MixState, Value, canonical, lookup_in
 from ._schedule import advance, capacity, deliveries
 from ._stats import Counters
 from ._topology import rank_block, role_splits
-from .mixture_iter import MixtureIterator
-from .mixture_schedule import Schedule
-from .mixture_source import SourceReader
-from .mixture_state import MixState, Value, canonical, lookup_in
 
 
 @dataclass

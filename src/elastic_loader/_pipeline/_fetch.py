@@ -27,6 +27,9 @@ Rules:
 * No hang (``read_timeout``): the consumer waits at most that long for a
   unit's read; then it raises ``TimeoutError`` naming the table (the read's
   thread is abandoned, the pipeline closes).
+* A split whose sequence has a ``read_align`` (a local permutation: its window) is requested up
+  to a multiple of it, so every window is read whole, as its few runs of contiguous positions;
+  this reads at most ``read_align - 1`` rows a split more than the policy asked for.
 * A pipeline may read a unit's rows in row-id order (``sorted_reads``): a
   LanceDB take of sorted ids has no rows to put back in order, so it is faster. The
   unit's ``where`` then maps each of its positions to its row of the batch,
@@ -243,6 +246,9 @@ class Pipeline:
             count = min(room, self._want(i, self._unit_rows, self.inflight[i]))
             if count <= 0:
                 continue
+            align = getattr(self._rows[i], "read_align", 1)
+            if align > 1:  # end on a window boundary: a local window's rows are a few contiguous runs
+                count = min(room, -(-(self.head[i] + count) // align) * align - self.head[i])
             segments.append(Segment(i, self.head[i], count, offset))
             offset += count
         return segments

@@ -118,6 +118,12 @@ class SplitPositions:
     def __len__(self) -> int:
         return self.perm.split_len
 
+    @property
+    def read_align(self) -> int:
+        """Positions a read should end on a multiple of: a local window (its runs are contiguous
+        only when it is read whole), else 1."""
+        return self.perm.window_len if isinstance(self.perm, LocalPermutation) else 1
+
     def __getitem__(self, key: int | slice) -> Any:
         m = self.perm.split_len
         if isinstance(key, slice):

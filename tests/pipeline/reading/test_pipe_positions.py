@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from elastic_loader import LocalShuffle, StreamingDataLoader, StreamingDataset, merge_state_dicts
+from elastic_loader._pipeline._lance import Reader
 from elastic_loader.spec import (
     Faults,
     PackingConfig,
@@ -356,3 +357,30 @@ def test_the_default_is_the_builder(odd_tables: dict[int, Any], perm_of: Any) ->
         == spec_rows(splits, [0, 1, 2, 3], initial_row_state(4))
     )
     assert torch.tensor(got).numel() == 1000
+
+
+class RunCounting(Reader):
+    """Records (rows, runs of contiguous positions) of every read, then reads through ``inner``."""
+
+    def __init__(self, inner: Reader, seen: list[tuple[int, int]]) -> None:
+        self.inner, self.seen = inner, seen
+
+    def take(self, row_ids: np.ndarray, columns: list[str] | None) -> pa.Table:
+        ordered = np.sort(np.asarray(row_ids, dtype=np.int64))
+        self.seen.append((len(ordered), 1 + int(np.count_nonzero(np.diff(ordered) != 1))))
+        return self.inner.take(row_ids, columns)
+
+
+def test_local_reads_take_contiguous_runs(odd_tables: dict[int, Any]) -> None:
+    """A local permutation's reads are ascending runs of about a clump each: far fewer runs than rows
+    (a computed permutation's reads are scattered: about one run a row)."""
+    table = odd_tables[1000]
+    runs: dict[str, list[tuple[int, int]]] = {}
+    for name, kind in (("local", LocalShuffle(clump=50, window=100)), ("computed", "computed")):
+        ds = StreamingDataset(table, num_splits=2, permutation=kind, columns=["id"], read_batch_size=100)
+        ds._handle.use(RunCounting(ds._handle.reader(), runs.setdefault(name, [])))
+        assert ids(ds) == spec_rows(expected_splits(table, kind, 2), [0, 1], initial_row_state(2))
+    rows = sum(n for n, _ in runs["local"])
+    # a whole window of 100 positions is at most ceil(W / C) + 2 = 4 runs (LocalLocalityInv)
+    assert rows >= 1000 and sum(r for _, r in runs["local"]) <= 4 * -(-rows // 100)
+    assert sum(r for _, r in runs["computed"]) >= sum(n for n, _ in runs["computed"]) // 4

@@ -7,7 +7,9 @@ survivors left out as equivalent (killed / (all - explained)). Timeouts count as
 mutant changed behaviour: it hung). Lists survivors that have no explanation; exits 1 when
 there are any, or when a module's mutation score is below ``--target`` (default 90).
 
-Usage: ``python .mutation/score.py [--target 90] [--markdown]``
+Usage: ``python .mutation/score.py [--target 90] [--markdown]``; ``--explained`` prints only the
+table of explained survivors from ``explained.tsv`` (no ``mutants/`` needed), for docs/MUTATION.md
+after an incremental run that did not re-run every function.
 """
 
 from __future__ import annotations
@@ -36,12 +38,27 @@ def load_explained() -> dict[str, tuple[str, str]]:
     return out
 
 
+def print_explained(explained: dict[str, tuple[str, str]]) -> None:
+    print("| mutant | category | why it survives |\n|---|---|---|")
+    for name, (category, reason) in sorted(explained.items()):
+        print(f"| `{name.removeprefix('elastic_loader._pipeline.')}` | {category} | {reason} |")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--target", type=float, default=90.0)
     parser.add_argument("--markdown", action="store_true", help="print the survivor table too")
+    parser.add_argument("--explained", action="store_true", help="print the explained survivors only")
     args = parser.parse_args()
     explained = load_explained()
+    if args.explained:
+        print_explained(explained)
+        return 0
+    return score(args, explained)
+
+
+def score(args: argparse.Namespace, explained: dict[str, tuple[str, str]]) -> int:
+    """Print the score table (and with ``--markdown`` the survivors); 1 when a check fails."""
     metas = sorted(META.glob("*.py.meta"))
     if not metas:
         print("no mutmut results under mutants/: run `mutmut run` first", file=sys.stderr)

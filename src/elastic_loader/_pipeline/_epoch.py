@@ -61,30 +61,24 @@ def build_epoch(table: Any, settings: Settings, epoch: int) -> Epoch:
         )
         return Epoch(perm, reader, _blocks(settings, reader, perm))
 
+    # What the builder's permutation depends on: its arguments, and the cache's key.
+    identity: dict[str, Any] = {
+        "num_splits": settings.num_splits,
+        "shuffle": settings.shuffle,
+        "shuffle_seed": settings.shuffle_seed,
+        "epoch": epoch,
+        "clump_size": settings.shuffle_clump_size,
+        "filter": settings.filter,
+    }
+
     def build() -> SplitRows:
         return build_permutation(
-            table,
-            num_splits=settings.num_splits,
-            shuffle=settings.shuffle,
-            shuffle_seed=settings.shuffle_seed,
-            epoch=epoch,
-            clump_size=settings.shuffle_clump_size,
-            filter=settings.filter,
-            split_strategy=settings.split_strategy,
-            rows_hint=settings.rows_hint,
+            table, **identity, split_strategy=settings.split_strategy, rows_hint=settings.rows_hint
         )
 
     key = None
     if settings.split_strategy is None and cache_dir() is not None:
-        key = cache_key(
-            table,
-            num_splits=settings.num_splits,
-            shuffle=settings.shuffle,
-            shuffle_seed=settings.shuffle_seed,
-            epoch=epoch,
-            clump_size=settings.shuffle_clump_size,
-            filter=settings.filter,
-        )
+        key = cache_key(table, **identity)
     perm, _ = cached(key, settings.num_splits, build)
     reader = reader_for(table, perm.base_version)
     return Epoch(perm, reader, _blocks(settings, reader, perm))

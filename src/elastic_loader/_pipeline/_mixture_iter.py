@@ -13,9 +13,13 @@ Rules (spec/MIXTURES.md, "Virtual splits"):
   source has no item left (skipped rows) the iterator ends there without a partial cycle, and a
   transform error raises before any item of its cycle, as the spec's iterator does.
 * The progress after every yielded item is exact (:meth:`MixtureCursor.state`): per split its
-  global cycles, per source epoch the single-table progress after the item (the session's values
-  for the owned splits after the cycle's items so far; rows: a split's values change only with its
-  own row, so the cycle's end values are taken once per cycle).
+  global cycles, per source epoch the single-table progress after the item. The work per cycle is
+  kept small and none is done per item (issue 16, throughput): a row session's values are read
+  from the session only when a state is asked (before the cycle its splits' values are kept, one
+  ``RowCursor.current()``: a split's values change only with its own row); the items are handed
+  out by a list iterator whose length says how many went; the source key is set once per cycle
+  (``Label``), and an item it refuses still raises at its own turn. Packed cycles keep the state
+  after every block (a block is large; its progress is not derivable afterwards).
 """
 
 from __future__ import annotations
@@ -99,8 +103,9 @@ class MixtureCursor:
             del self.live[key]
 
     def begin(self, key: tuple[int, int], splits: tuple[int, ...], before: Any, after: list[State]) -> None:
-        """A cycle of ``splits`` from source epoch ``key`` was taken (see ``_before``/``_after``)."""
-        self.settle()
+        """A cycle of ``splits`` from source epoch ``key`` was taken (see ``_before``/``_after``); the
+        one before it was settled."""
+        assert self._key is None, "settle() the cycle in hand first"
         self._key, self.splits, self._before, self._after = key, splits, before, after
         self._hand, self._total = iter(()), 0
 

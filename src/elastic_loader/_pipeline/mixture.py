@@ -294,12 +294,14 @@ class StreamingMixture(IterableDataset[Any]):
         if key is None:
             return None
         name = self.names[source]
-        for i, item in enumerate(items):
+        for item in items:
             if not isinstance(item, dict) or key in item:
-                del items[i:]
-                return self._refusal(source, item, key)
+                break
             item[key] = name
-        return None
+        else:
+            return None
+        del items[next(i for i, x in enumerate(items) if x is item) :]  # by identity: dicts may be equal
+        return self._refusal(source, item, key)
 
     def _refusal(self, source: int, item: Any, key: str) -> Exception:
         if not isinstance(item, dict):

@@ -14,8 +14,10 @@ hit both alike), it reads a whole epoch of:
 * ``mixture``: ``StreamingMixture`` of the three tables, weights 6:3:1 with
   ``on_exhausted="renormalize"`` (every row of every source once), ``num_splits=8``.
 
-Reported: rows/s of each per round, the mixture/single ratio per round and its median (the
-target is >= 0.9), and the resume cost: the seconds from ``load_state_dict`` of a checkpoint
+Reported: rows/s of each per round, the mixture/single ratio per round and its median and range
+(the target is >= 0.9); the CPU seconds of the process per epoch (every thread) and their ratio
+single/mixture, the work per row, which moves much less than wall time on a shared machine; and
+the resume cost: the seconds from ``load_state_dict`` of a checkpoint
 taken half-way through the epoch to the first item (median over the rounds), for both, and the
 checkpoint's JSON size. The results file records date, commit, versions and machine (``meta``):
 ``benchmarks/mixture.local.json``, or ``benchmarks/mixture.json`` with ``--save``.
@@ -82,14 +84,15 @@ def _single(tables: dict[str, Any]) -> StreamingDataset:
     return StreamingDataset(tables["single"], num_splits=SPLITS)
 
 
-def _epoch(make: Any, tables: dict[str, Any]) -> tuple[float, int]:
-    """Rows/s of one whole epoch (construction excluded) and the rows read."""
+def _epoch(make: Any, tables: dict[str, Any]) -> tuple[float, int, float]:
+    """Rows/s of one whole epoch (construction excluded), the rows read, and the CPU seconds the
+    process spent on it (every thread: the pipeline's readers and transforms included)."""
     ds = make(tables)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     count = 0
     for _ in ds:
         count += 1
-    return count / (time.perf_counter() - start), count
+    return count / (time.perf_counter() - start), count, time.process_time() - cpu
 
 
 def _resume(make: Any, tables: dict[str, Any], half: int) -> tuple[float, int]:
@@ -123,18 +126,24 @@ def main(argv: list[str] | None = None) -> int:
     for r in range(args.rounds):
         row: dict[str, Any] = {"round": r}
         for name, make in loaders.items():
-            rate, count = _epoch(make, tables)
-            row[name] = {"rows_per_s": round(rate), "rows": count}
+            rate, count, cpu = _epoch(make, tables)
+            row[name] = {"rows_per_s": round(rate), "rows": count, "cpu_s": round(cpu, 3)}
         row["ratio"] = round(row["mixture"]["rows_per_s"] / row["single"]["rows_per_s"], 4)
+        row["cpu_ratio"] = round(row["single"]["cpu_s"] / row["mixture"]["cpu_s"], 4)
         for name, make in loaders.items():
             seconds, size = _resume(make, tables, row[name]["rows"] // 2)
             row[name].update(resume_s=round(seconds, 4), checkpoint_bytes=size)
         rounds.append(row)
         print(json.dumps(row))
     ratios = [r["ratio"] for r in rounds]
+    cpu_ratios = [r["cpu_ratio"] for r in rounds]
     summary = {
         "ratio_median": statistics.median(ratios),
         "ratio_min": min(ratios),
+        "ratio_max": max(ratios),
+        "cpu_ratio_median": statistics.median(cpu_ratios),
+        "cpu_ratio_min": min(cpu_ratios),
+        "cpu_ratio_max": max(cpu_ratios),
         "target": 0.9,
         "resume_s_median": {n: statistics.median(r[n]["resume_s"] for r in rounds) for n in loaders},
     }

@@ -152,7 +152,7 @@ def resolve(
     resolved: dict[int, MixState] = {}
     for s in (s for s in splits if s in projected):
         need = projected[s] - state.cycles[s]
-        replay = MixtureIterator(schedule, readers, [s], state, Counters(), lambda k, item: item)
+        replay = MixtureIterator(schedule, readers, [s], state, Counters(), lambda k, items: None)
         items = replay.items()
         got = sum(1 for _ in zip(range(need), items))
         replay.close()

@@ -13,24 +13,46 @@ Rules (spec/MIXTURES.md, "Virtual splits"):
   source has no item left (skipped rows) the iterator ends there without a partial cycle, and a
   transform error raises before any item of its cycle, as the spec's iterator does.
 * The progress after every yielded item is exact (:meth:`MixtureCursor.state`): per split its
-  global cycles, per source epoch the single-table progress after the item (the session's values
-  for the owned splits after the cycle's items so far; rows: a split's values change only with its
-  own row, so the cycle's end values are taken once per cycle).
+  global cycles, per source epoch the single-table progress after the item. The work per cycle is
+  kept small and none is done per item (issue 16, throughput): a row session's values are read
+  from the session only when a state is asked (before the cycle its splits' values are kept, one
+  ``RowCursor.current()``: a split's values change only with its own row); the items are handed
+  out by a list iterator whose length says how many went; the source key is set once per cycle
+  (``Label``), and an item it refuses still raises at its own turn. Packed cycles keep the state
+  after every block (a block is large; its progress is not derivable afterwards).
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator, Sequence
+import operator
+from collections.abc import Callable, Generator, Iterator, Sequence
 from itertools import islice
 from typing import Any
 
-from ._checkpoint import PackedState, State
+from ._checkpoint import PackedState, RowState, State
 from ._mixture_schedule import Schedule
 from ._mixture_source import SourceReader
-from ._mixture_state import MixState, Value, assemble, canonical, value
+from ._mixture_state import MixState, Value, canonical, value
 from ._session import Session
 from ._stats import Counters
+
+Raw = tuple[list[int], list[int]]
+"""A row session's ``(samples, positions)`` of its owned splits, in their order."""
+
+
+Label = Callable[[int, list[Any]], BaseException | None]
+"""Labels a cycle's items of a source in place; on the first item it refuses, it cuts the list
+before that item and returns the error the item raises at its turn."""
+
+
+def _overlay(state: State, splits: Sequence[int], raw: Raw) -> RowState:
+    """``state`` (rows) with the values ``raw`` for ``splits``."""
+    assert isinstance(state, RowState)
+    samples, positions = list(state.samples), list(state.positions)
+    for i, s in enumerate(splits):
+        samples[s], positions[s] = raw[0][i], raw[1][i]
+    return RowState(samples, positions)
 
 
 class MixtureCursor:
@@ -38,58 +60,95 @@ class MixtureCursor:
 
     def __init__(self, schedule: Schedule, readers: Sequence[SourceReader], start: MixState) -> None:
         self.schedule, self.readers = schedule, readers
-        self.cycles = list(start.cycles)
+        self.cycles = list(start.cycles)  # global cycles of every split, the cycle in hand excluded
         self.entries: dict[tuple[int, int], State] = dict(start.entries)
+        self.live: dict[tuple[int, int], list[Session]] = {}  # rows: read the session when asked
         self.packed = readers[0].settings.packed
-        # the cycle being handed out: its key and splits, the source epoch's progress before it and
-        # after each of its items (rows: after the whole cycle); full-length states, never mutated
+        # the cycle in hand: its key and splits, the progress before it (rows: its splits' raw values;
+        # packed: the source epoch's state) and, packed only, the state after each of its items;
+        # the iterator handing out its items says how many were handed (no work per item)
         self._key: tuple[int, int] | None = None
         self.splits: tuple[int, ...] = ()
-        self._before: State | None = None
+        self._before: Any = None
         self._after: list[State] = []
-        self.handed = 0
+        self._hand: Iterator[Any] = iter(())
+        self._total = 0
+
+    @property
+    def handed(self) -> int:
+        """Items of the cycle in hand already handed out."""
+        return 0 if self._key is None else self._total - operator.length_hint(self._hand)
 
     def entry(self, key: tuple[int, int]) -> State:
-        self._settle()
+        """Source epoch ``key``'s progress after the cycles taken so far (the cycle in hand whole)."""
         found = self.entries.get(key)
-        return self.readers[key[0]].empty() if found is None else found
+        state = self.readers[key[0]].empty() if found is None else found
+        for session in self.live.get(key, ()):
+            state = session.progress(state)
+        return state
 
-    def begin(self, key: tuple[int, int], splits: tuple[int, ...], before: State, after: list[State]) -> None:
-        """A cycle of ``splits`` from source epoch ``key``: ``after[i]`` is the session's progress after
-        its ``i``-th item (rows: one progress, after the whole cycle)."""
-        self._settle()
-        self._key, self.splits, self.handed = key, splits, 0
-        self._before, self._after = before, after
+    def track(self, key: tuple[int, int], session: Session) -> None:
+        """Row session ``session`` of source epoch ``key``: its owned splits' values are its own."""
+        self.live.setdefault(key, []).append(session)
 
-    def _settle(self) -> None:
-        """The cycle in hand was handed out whole: its source epoch's progress is the last one."""
-        if self._key is not None:
-            self.entries[self._key] = self._after[-1]
-            self._key = None
+    def untrack(self, key: tuple[int, int], session: Session, raw: Raw | None = None) -> None:
+        """Stop reading ``session``: its values as they are now (or ``raw``) go into the entry."""
+        sessions = self.live.get(key, [])
+        if session not in sessions:
+            return
+        state = self.entry(key)
+        self.entries[key] = state if raw is None else _overlay(state, session.owned, raw)
+        sessions.remove(session)
+        if not sessions:
+            del self.live[key]
 
-    def _merged(self) -> State:
-        """The cycle's source epoch after ``handed`` of its items."""
-        assert self._key is not None and self._before is not None
-        handed, before = self.handed, self._before
+    def begin(self, key: tuple[int, int], splits: tuple[int, ...], before: Any, after: list[State]) -> None:
+        """A cycle of ``splits`` from source epoch ``key`` was taken (see ``_before``/``_after``); the
+        one before it was settled."""
+        assert self._key is None, "settle() the cycle in hand first"
+        self._key, self.splits, self._before, self._after = key, splits, before, after
+        self._hand, self._total = iter(()), 0
+
+    def hand(self, items: list[Any]) -> Iterator[Any]:
+        """The iterator that hands out the cycle's ``items`` (its first ``len(items)`` splits)."""
+        self._hand, self._total = iter(items), len(items)
+        return self._hand
+
+    def settle(self) -> None:
+        """The cycle in hand was handed out whole: its splits' cycles move on."""
+        key = self._key
+        if key is None:
+            return
+        assert self.handed == len(self.splits), "a cycle is settled once handed out whole"
+        cycles = self.cycles
+        for s in self.splits:
+            cycles[s] += 1
         if self.packed:
-            return self._after[handed - 1] if handed else before
-        last = self._after[-1]
-        values = [value(before, s) for s in range(len(self.cycles))]
-        for s in self.splits[:handed]:
-            values[s] = value(last, s)
-        return assemble(values, False)
+            self.entries[key] = self._after[-1]
+        self._key = None
+
+    def _merged(self, after: State, handed: int) -> State:
+        """The cycle's source epoch after ``handed`` of its items (``after``: after all of them)."""
+        if self.packed:
+            return self._after[handed - 1] if handed else self._before
+        raw: Raw = self._before
+        return _overlay(after, self.splits[handed:], (raw[0][handed:], raw[1][handed:]))
 
     def state(self) -> MixState:
         """The canonical state after the last yielded item."""
-        entries = dict(self.entries)
+        cycles = list(self.cycles)
+        entries = {key: self.entry(key) for key in (*self.entries, *self.live)}
         if self._key is not None:
-            entries[self._key] = self._merged()
+            handed = self.handed
+            for s in self.splits[:handed]:
+                cycles[s] += 1
+            entries[self._key] = self._merged(entries.get(self._key, self._before), handed)
 
         def current(k: int, e: int, s: int) -> Value | None:
             entry = entries.get((k, e))
             return None if entry is None else value(entry, s)
 
-        return canonical(self.schedule, self.readers, self.cycles, current)
+        return canonical(self.schedule, self.readers, cycles, current)
 
 
 class MixtureIterator:
@@ -102,93 +161,118 @@ class MixtureIterator:
         owned: list[int],
         start: MixState,
         counters: Counters,
-        label: Any,
+        label: Label,
     ) -> None:
         self.schedule, self.readers, self.owned, self.counters = schedule, readers, owned, counters
         self.cursor = MixtureCursor(schedule, readers, start)
         self.start = list(start.cycles)
         self.label = label
-        self.sessions: dict[tuple[int, int, tuple[int, ...]], tuple[Session, Iterator[Any]]] = {}
+        self.sessions: dict[tuple[tuple[int, int], tuple[int, ...]], tuple[Session, Iterator[Any]]] = {}
 
     def handed(self) -> int:
         """Items yielded so far."""
-        cycles = self.cursor.cycles
-        return sum(cycles[s] - self.start[s] for s in self.owned)
+        cursor = self.cursor
+        cycles = cursor.cycles
+        return sum(cycles[s] - self.start[s] for s in self.owned) + cursor.handed
 
     def items(self) -> Iterator[Any]:
+        """Catch-up, then global cycles (the module rules); the sessions close when it ends."""
         try:
-            yield from self._items()
+            owned, cursor = self.owned, self.cursor
+            if not owned or not (yield from self._catch_up()):
+                return
+            self.close()  # the catch-up sessions
+            splits, cycles, source, label = tuple(owned), cursor.cycles, self.schedule.source, self.label
+            while True:
+                cursor.settle()
+                u = cycles[owned[0]]
+                got = self._cycle(splits, u)
+                if got is None:
+                    return
+                error = label(source[u], got)
+                yield from cursor.hand(got)
+                if error is not None:
+                    raise error
         finally:
             self.close()
 
-    def _items(self) -> Iterator[Any]:
-        owned, cycles = self.owned, self.cursor.cycles
-        if not owned:
-            return
-        top = max(cycles[s] for s in owned)
-        lagging = [(cycles[s], s) for s in owned if cycles[s] < top]
+    def _catch_up(self) -> Generator[Any, None, bool]:
+        """Lagging owned splits, one item at a time in ``(cycles, split)`` order (returns False when
+        the iterator ends there)."""
+        cursor = self.cursor
+        cycles = cursor.cycles
+        top = max(cycles[s] for s in self.owned)
+        lagging = [(cycles[s], s) for s in self.owned if cycles[s] < top]
         heapq.heapify(lagging)
         while lagging:
             g, s = heapq.heappop(lagging)
+            cursor.settle()
             got = self._cycle((s,), g)
             if got is None:
-                return
-            yield from self._hand_out(self.schedule.source[g], got)
+                return False
+            error = self.label(self.schedule.source[g], got)
+            yield from cursor.hand(got)
+            if error is not None:
+                raise error
             if g + 1 < top:
                 heapq.heappush(lagging, (g + 1, s))
-        self.close()  # the catch-up sessions
-        splits = tuple(owned)
-        while True:
-            u = cycles[owned[0]]
-            got = self._cycle(splits, u)
-            if got is None:
-                return
-            yield from self._hand_out(self.schedule.source[u], got)
-
-    def _hand_out(self, source: int, got: list[Any]) -> Iterator[Any]:
-        label, cursor = self.label, self.cursor
-        cycles, splits = cursor.cycles, cursor.splits
-        for i, item in enumerate(got):
-            out = label(source, item)
-            cycles[splits[i]] += 1
-            cursor.handed = i + 1
-            yield out
+        cursor.settle()
+        return True
 
     def _session(self, key: tuple[int, int], splits: tuple[int, ...]) -> tuple[Session, Iterator[Any]]:
-        found = self.sessions.get((*key, splits))
+        found = self.sessions.get((key, splits))
         if found is None:
             k, e = key
             session = self.readers[k].session(e, list(splits), self.cursor.entry(key), self.counters)
             found = (session, session.items())
-            self.sessions[(*key, splits)] = found
+            if not self.cursor.packed:
+                self.cursor.track(key, session)
+            self.sessions[(key, splits)] = found
         return found
 
     def _cycle(self, splits: tuple[int, ...], u: int) -> list[Any] | None:
         """The items of global cycle ``u`` for ``splits`` (``None``: the iterator ends)."""
-        if u >= len(self.schedule):
+        schedule = self.schedule
+        if u >= len(schedule):
             return None
-        key = (self.schedule.source[u], self.schedule.epoch[u])
-        before = self.cursor.entry(key)
+        key = (schedule.source[u], schedule.epoch[u])
         session, it = self._session(key, splits)
-        after: list[State] = []
-        if isinstance(before, PackedState):  # the state after every block of the cycle
-            got: list[Any] = []
-            for _ in splits:
-                item = next(it, _END)
-                if item is _END:
-                    return None
-                got.append(item)
-                after.append(session.progress(before))
-        else:  # rows: a split's values change with its own row only, one state after the cycle
+        if self.cursor.packed:
+            return self._packed_cycle(key, splits, session, it)
+        cursor = session.row_cursor
+        assert cursor is not None
+        raw = cursor.current()  # the splits' values before the cycle
+        try:
             got = list(islice(it, len(splits)))
-            if len(got) < len(splits):
+        except BaseException:
+            self.cursor.untrack(key, session, raw)  # the cycle is not taken: its values stay out
+            raise
+        if len(got) < len(splits):
+            self.cursor.untrack(key, session, raw)
+            return None
+        self.cursor.begin(key, splits, raw, [])
+        return got
+
+    def _packed_cycle(
+        self, key: tuple[int, int], splits: tuple[int, ...], session: Session, it: Iterator[Any]
+    ) -> list[Any] | None:
+        """A packed cycle: the source epoch's state after every block of it."""
+        before = self.cursor.entry(key)
+        assert isinstance(before, PackedState)
+        got: list[Any] = []
+        after: list[State] = []
+        for _ in splits:
+            item = next(it, _END)
+            if item is _END:
                 return None
+            got.append(item)
             after.append(session.progress(before))
         self.cursor.begin(key, splits, before, after)
         return got
 
     def close(self) -> None:
-        for session, it in self.sessions.values():
+        for key_splits, (session, it) in self.sessions.items():
+            self.cursor.untrack(key_splits[0], session)
             close = getattr(it, "close", None)
             if close is not None:
                 close()

@@ -287,22 +287,31 @@ class StreamingMixture(IterableDataset[Any]):
                 self._ended = {"state": it.cursor.state(), "owned": list(it.owned)}
             self._live = None
 
-    def _label(self, source: int, item: Any) -> Any:
+    def _label(self, source: int, items: list[Any]) -> BaseException | None:
+        """Give a cycle's items their source's name in place (one pass per cycle); the first item
+        that cannot take it cuts the list and its error is returned, raised at that item's turn."""
         key = self._source_key
         if key is None:
-            return item
+            return None
+        name = self.names[source]
+        for item in items:
+            if not isinstance(item, dict) or key in item:
+                break
+            item[key] = name
+        else:
+            return None
+        del items[next(i for i, x in enumerate(items) if x is item) :]  # by identity: dicts may be equal
+        return self._refusal(source, item, key)
+
+    def _refusal(self, source: int, item: Any, key: str) -> Exception:
         if not isinstance(item, dict):
-            raise TypeError(
+            return TypeError(
                 f"source {self.names[source]!r} gave a {type(item).__name__}; with source_key={key!r} items "
                 "must be dicts (return dicts from the transform, or pass source_key=None)"
             )
-        if key in item:
-            raise ValueError(
-                f"source {self.names[source]!r} gave an item with a {key!r} key already; pass another "
-                "source_key"
-            )
-        item[key] = self.names[source]
-        return item
+        return ValueError(
+            f"source {self.names[source]!r} gave an item with a {key!r} key already; pass another source_key"
+        )
 
     # ------------------------------------------------------------ checkpoints
 

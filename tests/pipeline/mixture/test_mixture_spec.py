@@ -133,3 +133,32 @@ def test_deadline_ties_follow_the_seeded_order(model: Any, keys: Any, seed: int,
         config.names[s.source] for s in mixture_schedule(config, regimes, model.data()).slots
     ]
     assert [key_of(i) for i in mix] == [spec_key(i) for i in run.items]
+
+
+@pytest.mark.parametrize("bad", ["not a dict", "has the key"])
+def test_an_item_the_source_key_refuses_raises_at_its_turn(model: Any, keys: Any, bad: str) -> None:
+    """The source key is set once per cycle; an item it cannot take still raises at its own turn:
+    every item before it is yielded, and the checkpoint is the spec's after the last of them."""
+    key_of, spec_key = keys
+    model.on_exhausted = "renormalize"
+    victim = 1005
+
+    def transform(batch: Any) -> list[Any]:
+        rows = batch.to_pylist()
+        if bad == "not a dict":
+            return [[r["id"]] if r["id"] == victim else r for r in rows]
+        return [{**r, "source": "mine"} if r["id"] == victim else r for r in rows]
+
+    model.options = {"code": {"transform": transform}}
+    config, regimes, owned, run = _spec_run(model, 1, 0)
+    want = [spec_key(i) for i in run.items]
+    at = want.index(("code", victim))
+    assert at % model.num_splits != 0  # mid-cycle: items of its own cycle come before it
+    mix = model.pipeline()
+    got = []
+    error = TypeError if bad == "not a dict" else ValueError
+    with pytest.raises(error, match="source 'code' gave"):
+        for item in mix:
+            got.append(key_of(item))
+    assert got == want[:at]
+    assert _strip(mix.state_dict()) == _spec_checkpoint(config, regimes, run.state_after(at), owned, at)

@@ -244,6 +244,84 @@ def _base(mode: str, weights: tuple[int, ...], cycles: int | None = None, seed: 
     return MixtureInput("schedule", sources, _perms(epochs), ((0, weights),), seed, mode, cycles)
 
 
+def _session_cases(mode: str, cycles: int | None) -> list[CaseDef]:
+    """Sessions from the epoch start, the checkpoint after k steps, resumes on other world sizes
+    with new weights, loads and merges of those checkpoints."""
+
+    def case(name: str, description: str, x: MixtureInput) -> CaseDef:
+        return make_case("mixture", CODEC, name, description, x)
+
+    out: list[CaseDef] = []
+    base = replace(_base(mode, (2, 1, 1), cycles), op="session")
+    for ws, bs, k in ((1, 2, 3), (2, 1, 2), (4, 1, 1), (2, 2, 100)):
+        first = replace(base, world_size=ws, batch_size=bs, batches=k)
+        out.append(
+            case(
+                f"session_{mode}_world{ws}_batch{bs}_steps{k}",
+                f"{ws} rank(s) deliver {k} batches of {bs} from the epoch's start ({mode})",
+                first,
+            )
+        )
+    first = replace(base, world_size=2, batch_size=2, batches=2)
+    made = _session(first)
+    merged = _canonical(made["merged"])
+    one = _canonical(as_list(made["one_rank"])[1])
+    out.append(
+        case(
+            f"session_{mode}_resume_merge_on_4_new_weights",
+            "the merged checkpoint of 2 ranks after 2 batches resumes on 4 ranks with weights (1, 0, 3)",
+            replace(base, world_size=4, batch_size=1, batches=3, weights=(1, 0, 3), checkpoints=(merged,)),
+        )
+    )
+    out.append(
+        case(
+            f"session_{mode}_resume_one_rank_on_1",
+            "rank 1's own checkpoint of that session resumes the whole job on 1 rank, same weights",
+            replace(base, world_size=1, batch_size=3, batches=4, checkpoints=(one,)),
+        )
+    )
+    loads = replace(base, op="load", checkpoints=(merged,))
+    out.append(
+        case(
+            f"load_{mode}_merged_rank1_of_2",
+            "rank 1 of 2 resumes the merge",
+            replace(loads, world_size=2, rank=1),
+        )
+    )
+    out.append(
+        case(
+            f"load_{mode}_merged_rank3_of_4_new_weights",
+            "rank 3 of 4 resumes the merge with weights (0, 1, 1): they apply from the resumed cycle on",
+            replace(loads, world_size=4, rank=3, weights=(0, 1, 1)),
+        )
+    )
+    out.append(
+        case(
+            f"load_{mode}_one_rank_rank0_of_4",
+            "rank 0 of 4 resumes rank 1's own checkpoint",
+            replace(loads, world_size=4, rank=0, checkpoints=(one,)),
+        )
+    )
+    ranks = as_list(made["one_rank"])
+    every = replace(base, op="merge", checkpoints=tuple(_canonical(r) for r in ranks))
+
+    def same(x: MixtureInput = every, want: str = merged) -> None:
+        if _canonical(_merge(x)["merged"]) != want:
+            raise AssertionError("merging every rank's checkpoint is not the session's merged one")
+
+    out.append(
+        make_case(
+            "mixture",
+            CODEC,
+            f"merge_{mode}_every_rank",
+            "merging both ranks' checkpoints gives the merged one",
+            every,
+            same,
+        )
+    )
+    return out
+
+
 def cases() -> list[CaseDef]:
     """Mixture schedules, sessions (checkpoints after k steps, weight changes at resume), loads and merges."""
 
@@ -281,77 +359,8 @@ def cases() -> list[CaseDef]:
         )
     )
 
-    # sessions: the checkpoint after k steps, then resumes on other world sizes, with new weights
     for mode, cycles in (("stop", None), ("cycle", 4), ("renormalize", None)):
-        base = replace(_base(mode, (2, 1, 1), cycles), op="session")
-        for ws, bs, k in ((1, 2, 3), (2, 1, 2), (4, 1, 1), (2, 2, 100)):
-            first = replace(base, world_size=ws, batch_size=bs, batches=k)
-            out.append(
-                case(
-                    f"session_{mode}_world{ws}_batch{bs}_steps{k}",
-                    f"{ws} rank(s) deliver {k} batches of {bs} from the epoch's start ({mode})",
-                    first,
-                )
-            )
-        first = replace(base, world_size=2, batch_size=2, batches=2)
-        made = _session(first)
-        merged = _canonical(made["merged"])
-        one = _canonical(as_list(made["one_rank"])[1])
-        out.append(
-            case(
-                f"session_{mode}_resume_merge_on_4_new_weights",
-                "the merged checkpoint of 2 ranks after 2 batches resumes on 4 ranks with weights (1, 0, 3)",
-                replace(
-                    base, world_size=4, batch_size=1, batches=3, weights=(1, 0, 3), checkpoints=(merged,)
-                ),
-            )
-        )
-        out.append(
-            case(
-                f"session_{mode}_resume_one_rank_on_1",
-                "rank 1's own checkpoint of that session resumes the whole job on 1 rank, same weights",
-                replace(base, world_size=1, batch_size=3, batches=4, checkpoints=(one,)),
-            )
-        )
-        loads = replace(base, op="load", checkpoints=(merged,))
-        out.append(
-            case(
-                f"load_{mode}_merged_rank1_of_2",
-                "rank 1 of 2 resumes the merge",
-                replace(loads, world_size=2, rank=1),
-            )
-        )
-        out.append(
-            case(
-                f"load_{mode}_merged_rank3_of_4_new_weights",
-                "rank 3 of 4 resumes the merge with weights (0, 1, 1): they apply from the resumed cycle on",
-                replace(loads, world_size=4, rank=3, weights=(0, 1, 1)),
-            )
-        )
-        out.append(
-            case(
-                f"load_{mode}_one_rank_rank0_of_4",
-                "rank 0 of 4 resumes rank 1's own checkpoint",
-                replace(loads, world_size=4, rank=0, checkpoints=(one,)),
-            )
-        )
-        ranks = as_list(made["one_rank"])
-        every = replace(base, op="merge", checkpoints=tuple(_canonical(r) for r in ranks))
-
-        def same(x: MixtureInput = every, want: str = merged) -> None:
-            if _canonical(_merge(x)["merged"]) != want:
-                raise AssertionError("merging every rank's checkpoint is not the session's merged one")
-
-        out.append(
-            make_case(
-                "mixture",
-                CODEC,
-                f"merge_{mode}_every_rank",
-                "merging both ranks' checkpoints gives the merged one",
-                every,
-                same,
-            )
-        )
+        out += _session_cases(mode, cycles)
     out += _refusals(replace(_base("stop", (2, 1, 1)), op="session"))
     return out
 

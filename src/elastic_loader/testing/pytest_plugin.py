@@ -17,7 +17,7 @@ checked (or the vector family is not applicable). ``-k`` and ``-m`` select
 among them as usual; deselecting some does not make the run cheaper.
 
 Options (all prefixed ``--elastic-loader-``): ``impl``, ``machines``
-(``row,packed,process``), ``examples`` (60), ``steps`` (25), ``process-examples``
+(``row,packed,process,mixture``), ``examples`` (60), ``steps`` (25), ``process-examples``
 (2), ``seed``, ``shrink-seconds`` (60), ``no-shrink``, ``no-vectors``.
 """
 

@@ -21,6 +21,7 @@ import json
 import re
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -41,12 +42,15 @@ from elastic_loader.testing.conformance import (
     resolve_implementation,
 )
 from elastic_loader.testing.machines import CHECKED, NOT_CHECKED
+from elastic_loader.testing.machines.judges import MIXTURE_CHECKED
 
 pytest_plugins = ["pytester"]
 
 ROOT = Path(__file__).resolve().parents[2]
 
 IN_PROCESS = ("row", "packed")
+WITH_MIXTURES = (*IN_PROCESS, "mixture")
+"""The pipeline runs the mixture machine too; for the reference it does not apply (never runs)."""
 
 PIPELINE_VECTOR_BUGS: dict[str, set[str]] = {}
 """Vector cases our pipeline fails today, by family (none; the last were packed states with
@@ -87,14 +91,18 @@ def tables_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def reference_report(tables_dir: Path) -> ConformanceReport:
     return run_conformance(
-        REFERENCE, settings=_settings(60, 25), machines=IN_PROCESS, tables_dir=tables_dir, shrink=False
+        REFERENCE, settings=_settings(60, 25), machines=WITH_MIXTURES, tables_dir=tables_dir, shrink=False
     )
 
 
 @pytest.fixture(scope="module")
 def pipeline_report(tables_dir: Path) -> ConformanceReport:
     return run_conformance(
-        "elastic_loader", settings=_settings(60, 25), machines=IN_PROCESS, tables_dir=tables_dir, shrink=False
+        "elastic_loader",
+        settings=_settings(60, 25),
+        machines=WITH_MIXTURES,
+        tables_dir=tables_dir,
+        shrink=False,
     )
 
 
@@ -121,6 +129,9 @@ def test_pipeline_keeps_every_invariant_through_the_public_entry_point(
     for name in ("ComputedBijectionInv", "LocalBijectionInv", "LocalLocalityInv", "LocalDegeneracyInv"):
         assert statuses[name] == "pass", name  # the machines draw permutation= kinds for us
     assert statuses["TableVersionPinInv"] == "not-checked"
+    checked_by = {r.name: r.checked_by for r in pipeline_report.invariants}
+    assert all(checked_by[name] == ("mixture",) for name in MIXTURE_CHECKED)
+    assert [r.machine for r in pipeline_report.runs] == list(WITH_MIXTURES)
 
 
 def test_pipeline_vectors(pipeline_report: ConformanceReport) -> None:
@@ -137,6 +148,20 @@ def test_reference_breaks_exactly_the_pinned_invariants_and_vectors(
     assert not problems, "\n\n".join(problems)
     assert reference_report.implementation == REFERENCE
     assert not reference_report.passed
+
+
+def test_reference_has_no_mixtures_so_their_invariants_are_not_applicable(
+    reference_report: ConformanceReport,
+) -> None:
+    """The mixture machine was selected but does not apply: it never ran, and its four names are
+    ``not-applicable`` with the reason (never ``pass``, never ``fail``)."""
+    assert "mixture" not in {r.machine for r in reference_report.runs}
+    for name in MIXTURE_CHECKED:
+        result = reference_report.result(name)
+        assert result.status == "not-applicable", result
+        assert result.note is not None and "no mixtures" in result.note
+    assert set(KNOWN_REFERENCE_RESULTS.not_applicable) == set(MIXTURE_CHECKED)
+    assert "not applicable" in reference_report.to_table()
 
 
 def test_every_pinned_reference_violation_names_its_weak_point() -> None:
@@ -161,7 +186,7 @@ def test_report_renders_every_invariant(reference_report: ConformanceReport) -> 
     data = json.loads(reference_report.to_json())
     assert [r["name"] for r in data["invariants"]] == list(INVARIANT_NAMES)
     assert data["passed"] is False
-    assert [r["machine"] for r in data["settings"]["machines"]] == list(IN_PROCESS)
+    assert [r["machine"] for r in data["settings"]["machines"]] == list(IN_PROCESS)  # mixture: n/a
     by_name = {r["name"]: r for r in data["invariants"]}
     for name in KNOWN_REFERENCE_RESULTS.invariants:
         assert by_name[name]["status"] == "fail"
@@ -191,7 +216,7 @@ def test_not_checked_when_no_selected_machine_exercises_it(tables_dir: Path) -> 
     )
     statuses = {r.name: r.status for r in report.invariants}
     packing_only = {"PackingConservationInv", "DocIdsInv", "AutoBudgetInv", "PackingBudgetProp"}
-    not_checked = packing_only | set(NOT_CHECKED)  # NOT_CHECKED: no machine observes these
+    not_checked = packing_only | set(NOT_CHECKED) | set(MIXTURE_CHECKED)  # mixture machine not selected
     assert {n for n, s in statuses.items() if s == "not-checked"} == not_checked
     assert report.vectors == ()
 
@@ -217,6 +242,33 @@ def test_permutation_invariants_need_the_keyword(tables_dir: Path) -> None:
         status, note = statuses[name]
         assert status == "not-checked" and note is not None and "permutation=" in note
     assert statuses["CanonicalOrderProp"][0] == "pass"
+    for name in MIXTURE_CHECKED:  # it has no mixture classes either (ModuleImplementation without them)
+        assert statuses[name][0] == "not-applicable"
+
+
+class _ShortSchedule(elastic_loader.StreamingMixture):
+    """A mixture that reports one global cycle fewer than it schedules: breaks MixtureProportionInv."""
+
+    def schedule(self) -> list[str]:
+        return super().schedule()[:-1]
+
+
+def test_mixture_machine_runs_through_the_conformance_entry_point(tables_dir: Path) -> None:
+    """An implementation with mixtures is checked by the mixture machine like any other: a broken
+    mixture fails the name it breaks, found by the ``mixture`` machine, and nothing else."""
+    impl = replace(implementation_from_module("elastic_loader"), name="short-schedule")
+    impl = replace(impl, mixture_class=_ShortSchedule)
+    report = run_conformance(
+        impl,
+        settings=_settings(2, 2),
+        machines=("mixture",),
+        tables_dir=tables_dir,
+        shrink=False,
+        vectors=False,
+    )
+    assert report.violated() == ("MixtureProportionInv",)
+    result = report.result("MixtureProportionInv")
+    assert result.found_by == ("mixture",) and "global cycles" in (result.counterexample or "")
 
 
 def test_resolve_implementation_forms(fake_module: str) -> None:

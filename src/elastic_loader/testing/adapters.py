@@ -7,6 +7,12 @@ checkpoints, and (optionally) move a dataset to another epoch. Datasets are
 used only through :class:`DatasetLike`. :func:`implementation_from_module`
 adapts any module exposing ``StreamingDataset``, ``StreamingDataLoader`` and
 ``merge_state_dicts`` (a module function or a static method of the dataset).
+
+Capabilities: a machine draws an option or runs at all only where the
+implementation has it, and the conformance report says which names were not
+applicable instead of passing them vacuously. :func:`accepts` reads a keyword of
+``StreamingDataset``; :func:`mixture_api` reads whether the module has mixtures
+(``StreamingMixture`` and ``MixtureSource``; ``lancedb.streaming`` has none).
 """
 
 from __future__ import annotations
@@ -78,6 +84,10 @@ class ModuleImplementation:
     dataset_class: Callable[..., DatasetLike]
     loader_class: Callable[..., Iterable[object]]
     merge: Callable[[list[Mapping[str, object]]], State]
+    mixture_class: Callable[..., DatasetLike] | None = None
+    """The module's ``StreamingMixture``, if it has one."""
+    source_class: Callable[..., object] | None = None
+    """The module's ``MixtureSource``, if it has one."""
 
     def dataset(self, table: object, **params: object) -> DatasetLike:
         """``StreamingDataset(table, **params)``."""
@@ -112,6 +122,26 @@ def accepts(implementation: Implementation, keyword: str) -> bool:
         return False
 
 
+@dataclass(frozen=True)
+class MixtureApi:
+    """The mixture classes of an implementation: ``source(table, **options)`` describes one source,
+    ``mixture(sources, weights, **params)`` builds the mixture (a dataset with ``schedule()`` and
+    ``merge_state_dicts``)."""
+
+    source: Callable[..., object]
+    mixture: Callable[..., DatasetLike]
+
+
+def mixture_api(implementation: Implementation) -> MixtureApi | None:
+    """The implementation's mixture classes, or ``None`` when it has no mixtures (then the mixture
+    machine does not apply to it)."""
+    mixture = getattr(implementation, "mixture_class", None)
+    source = getattr(implementation, "source_class", None)
+    if mixture is None or source is None:
+        return None
+    return MixtureApi(source, mixture)
+
+
 def implementation_from_module(name: str) -> ModuleImplementation:
     """Adapt the module ``name`` (for example ``"lancedb.streaming"`` or ``"elastic_loader"``).
 
@@ -126,4 +156,11 @@ def implementation_from_module(name: str) -> ModuleImplementation:
     merge = getattr(module, "merge_state_dicts", None) or getattr(dataset_class, "merge_state_dicts", None)
     if merge is None:
         raise AttributeError(f"{name} has no merge_state_dicts")
-    return ModuleImplementation(name, dataset_class, loader_class, merge)
+    return ModuleImplementation(
+        name,
+        dataset_class,
+        loader_class,
+        merge,
+        getattr(module, "StreamingMixture", None),
+        getattr(module, "MixtureSource", None),
+    )

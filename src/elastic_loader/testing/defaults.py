@@ -20,10 +20,14 @@ PROCESS_EXAMPLES = 2
 """Examples of the process machine, which starts worker processes in every step."""
 PROCESS_STEPS = 3
 """Steps per example of the process machine."""
+MIXTURE_EXAMPLES = 12
+"""Examples of the mixture machine (each step runs every rank of a three-table mixture)."""
+MIXTURE_STEPS = 5
+"""Steps per example of the mixture machine."""
 SHRINK_SECONDS = 60
 """Time limit for shrinking one violation."""
-MACHINES = ("row", "packed", "process")
-"""The machines run by default."""
+MACHINES = ("row", "packed", "process", "mixture")
+"""The machines run by default (``mixture`` only on implementations that have mixtures)."""
 
 
 class Option(NamedTuple):

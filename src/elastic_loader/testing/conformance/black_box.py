@@ -94,6 +94,8 @@ VECTOR_FAMILIES: Mapping[str, str] = {
     "table_pin": "takes arbitrary table histories; TableVersionPinInv checks real table versions",
     "protocols": "takes arbitrary permutations and faults; ProtocolChainProp and SameTopologyResumeProp "
     "check chains on real tables",
+    "mixture": "takes arbitrary permutations; the mixture machine checks StreamingMixture on real tables "
+    "(only where the implementation has mixtures)",
 }
 """Every vector family and how it is run against an implementation (or why it cannot be)."""
 

@@ -13,7 +13,7 @@ invariant or a case refers to its reason, never restates it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .report import ConformanceReport
 
@@ -44,6 +44,8 @@ class KnownResults:
     invariants: Mapping[str, KnownViolation]
     vectors: Mapping[str, Mapping[str, str]]
     """Family -> failing case name -> reason."""
+    not_applicable: Mapping[str, str] = field(default_factory=dict)
+    """Invariant -> why the implementation cannot be checked for it (status ``not-applicable``)."""
 
 
 # ---------------------------------------------------------------- the reasons, once each
@@ -103,6 +105,11 @@ D24_UNKNOWN = "D24: splits the saver marked unknown are not refused"
 D25_VERSIONS = "D25: checkpoints of different table versions merge"
 D26_BUFFERS = "D26: packed buffers that no packer leaves behind are accepted"
 D26_DIGEST = "D26: the digest is not checked, so edited checkpoints load"
+
+NO_MIXTURES = (
+    "lancedb.streaming has no mixtures (no StreamingMixture or MixtureSource); mixtures are "
+    "elastic-loader's own (docs/MIXTURES.md), so the mixture machine and the mixture vectors do not apply"
+)
 
 # ---------------------------------------------------------------- invariants
 
@@ -435,6 +442,15 @@ KNOWN_REFERENCE_RESULTS = KnownResults(
         "checkpoint_snapshot": _by_case(_SNAPSHOT_FAILURES),
         "params": _by_case(_PARAMS_FAILURES),
     },
+    not_applicable=dict.fromkeys(
+        (
+            "MixtureProportionInv",
+            "MixtureLockstepInv",
+            "MixtureElasticDeterminismProp",
+            "MixtureExactlyOnceProp",
+        ),
+        NO_MIXTURES,
+    ),
 )
 """The pinned results of ``lancedb.streaming`` (the installed reference) under :func:`run_conformance`."""
 
@@ -448,7 +464,8 @@ def compare_with_known(report: ConformanceReport, known: KnownResults) -> list[s
     """Every difference between ``report`` and the pinned ``known`` results (empty when they agree).
 
     An invariant is compared per machine that ran: it must be found violated by
-    exactly the pinned machines among them. Vector cases are compared per family
+    exactly the pinned machines among them; the pinned ``not_applicable`` names, and
+    only they, must be reported ``not-applicable``. Vector cases are compared per family
     that ran (status ``pass`` or ``fail``).
     """
     return [*_invariant_differences(report, known), *_vector_differences(report, known)]
@@ -458,6 +475,9 @@ def _invariant_differences(report: ConformanceReport, known: KnownResults) -> li
     problems: list[str] = []
     ran = {r.machine for r in report.runs}
     for result in report.invariants:
+        if (result.status == "not-applicable") != (result.name in known.not_applicable):
+            want_status = "not applicable" if result.name in known.not_applicable else "applicable"
+            problems.append(f"{result.name} is {result.status}, pinned {want_status} ({result.note})")
         pinned = known.invariants.get(result.name)
         want = set(pinned.machines) & ran if pinned is not None else set()
         got = set(result.found_by)

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
-from ..machines import DifferentialMachine
+from ..machines.runner import Machine
 
 
 @dataclass(frozen=True)
@@ -75,10 +75,10 @@ class Ticker:
         )
 
 
-def counted(machine: type[DifferentialMachine], ticker: Ticker) -> type[DifferentialMachine]:
+def counted(machine: Machine, ticker: Ticker) -> Machine:
     """A subclass of ``machine`` (same name, so printed programs replay) that reports each example."""
 
-    def __init__(self: DifferentialMachine) -> None:
+    def __init__(self: Any) -> None:
         machine.__init__(self)
         ticker.tick(self.enforced)
 
@@ -88,4 +88,4 @@ def counted(machine: type[DifferentialMachine], ticker: Ticker) -> type[Differen
         "__module__": machine.__module__,
         "__doc__": machine.__doc__,
     }
-    return cast(type[DifferentialMachine], type(machine.__name__, (machine,), attrs))
+    return cast(Machine, type(machine.__name__, (machine,), attrs))

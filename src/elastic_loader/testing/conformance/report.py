@@ -17,7 +17,9 @@ from ...spec.invariants import INVARIANT_NAMES
 from ..vectors.codec import Json, JsonObject
 from .resolve import MACHINES
 
-InvariantStatus = Literal["pass", "fail", "not-checked"]
+InvariantStatus = Literal["pass", "fail", "not-checked", "not-applicable"]
+"""``not-checked``: no selected machine observes it (or none can); ``not-applicable``: the
+implementation lacks the feature it concerns (no mixtures), so the machine that checks it did not run."""
 VectorStatus = Literal["pass", "fail", "not-applicable"]
 
 
@@ -36,7 +38,7 @@ class InvariantResult:
     checked_by: tuple[str, ...] = ()
     """The selected machines that exercise this invariant."""
     note: str | None = None
-    """Why the invariant was not checked."""
+    """Why the invariant was not checked, or is not applicable."""
 
 
 @dataclass(frozen=True)
@@ -172,11 +174,12 @@ class ConformanceReport:
         if self.vectors:
             lines += ["", *_vector_rows(self.vectors, width)]
         failed = [r for r in self.invariants if r.status == "fail"]
-        checked = sum(1 for r in self.invariants if r.status != "not-checked")
+        checked = sum(1 for r in self.invariants if r.status in ("pass", "fail"))
+        inapplicable = sum(1 for r in self.invariants if r.status == "not-applicable")
         lines.append("")
         lines.append(
             f"{checked - len(failed)} of {checked} checked invariants hold, {len(failed)} violated, "
-            f"{len(self.invariants) - checked} not checked; "
+            f"{len(self.invariants) - checked - inapplicable} not checked, {inapplicable} not applicable; "
             f"vector families: {sum(v.status == 'fail' for v in self.vectors)} failing"
         )
         lines.append("PASSED" if self.passed else "FAILED")
@@ -201,17 +204,22 @@ class ConformanceReport:
 
 def _invariant_rows(results: Sequence[InvariantResult], width: int) -> list[str]:
     name_w = max(len(n) for n in INVARIANT_NAMES)
-    lines = [f"{'invariant':<{name_w}}  {'status':<11}  {'machine':<8}  detail"]
-    lines.append(f"{'-' * name_w}  {'-' * 11}  {'-' * 8}  {'-' * 30}")
+    lines = [f"{'invariant':<{name_w}}  {'status':<14}  {'machine':<8}  detail"]
+    lines.append(f"{'-' * name_w}  {'-' * 14}  {'-' * 8}  {'-' * 30}")
     for r in results:
-        status = {"pass": "pass", "fail": "FAIL", "not-checked": "not checked"}[r.status]
+        status = {
+            "pass": "pass",
+            "fail": "FAIL",
+            "not-checked": "not checked",
+            "not-applicable": "not applicable",
+        }[r.status]
         if r.status == "fail":
-            detail = first_line(r.counterexample or "", width - name_w - 25)
+            detail = first_line(r.counterexample or "", width - name_w - 28)
         elif r.status == "pass":
             detail = "checked by " + ", ".join(r.checked_by)
         else:
             detail = r.note or ""
-        lines.append(f"{r.name:<{name_w}}  {status:<11}  {r.machine or '-':<8}  {detail}")
+        lines.append(f"{r.name:<{name_w}}  {status:<14}  {r.machine or '-':<8}  {detail}")
     return lines
 
 

@@ -25,23 +25,31 @@ from hypothesis import HealthCheck, settings as Settings
 
 from .. import defaults
 from ..adapters import Implementation, implementation_from_module
-from ..machines import CHECKED, DifferentialMachine, PackedMachine, ProcessMachine, RowMachine
+from ..machines import PackedMachine, ProcessMachine, RowMachine
+from ..machines.judges import DIFFERENTIAL_CHECKED, MIXTURE_CHECKED
+from ..machines.mixture import MixtureMachine
+from ..machines.runner import Machine
 
-MACHINES: Mapping[str, type[DifferentialMachine]] = {
+MACHINES: Mapping[str, Machine] = {
     "row": RowMachine,
     "packed": PackedMachine,
     "process": ProcessMachine,
+    "mixture": MixtureMachine,
 }
-"""The state machines by CLI name: row mode and packing in process, and real spawned workers."""
+"""The state machines by CLI name: row mode and packing in process, real spawned workers, and
+mixtures of three tables (only on implementations that have mixtures, see :func:`not_applicable`)."""
 
 DEFAULT_MACHINES: tuple[str, ...] = defaults.MACHINES
 
 _PACKING_ONLY = frozenset({"PackingConservationInv", "DocIdsInv", "AutoBudgetInv", "PackingBudgetProp"})
 
+_SINGLE = frozenset(DIFFERENTIAL_CHECKED)
+
 EXERCISED: Mapping[str, frozenset[str]] = {
-    "row": frozenset(CHECKED) - _PACKING_ONLY,
-    "packed": frozenset(CHECKED) - {"PartitionInv", "SkipAccountingInv", "CatchUpInv", "ExactlyOnceProp"},
-    "process": frozenset(CHECKED) - _PACKING_ONLY - {"PartitionInv", "CatchUpInv"},
+    "row": _SINGLE - _PACKING_ONLY,
+    "packed": _SINGLE - {"PartitionInv", "SkipAccountingInv", "CatchUpInv", "ExactlyOnceProp"},
+    "process": _SINGLE - _PACKING_ONLY - {"PartitionInv", "CatchUpInv"},
+    "mixture": frozenset(MIXTURE_CHECKED),
 }
 """Which invariants each machine can observe a violation of (read from the machines' checks).
 
@@ -51,9 +59,9 @@ skip accounting, catch-up and exactly-once are row-mode notions. ``process``
 runs only lockstep ``StreamingDataLoader`` sessions in row mode (no per-slot
 iteration, so neither the partition of a slot's rows nor its catch-up; merges
 happen when a session resumes by merging every rank). An invariant none of the
-selected machines exercises is reported ``not-checked`` rather than ``pass``. A
-machine class may declare its own set as a class attribute ``exercises``, which
-then takes precedence.
+selected machines exercises is reported ``not-checked`` rather than ``pass``.
+``mixture`` checks only the four mixture invariants. A machine class may declare
+its own set as a class attribute ``exercises``, which then takes precedence.
 """
 
 
@@ -63,6 +71,20 @@ def exercised(key: str) -> frozenset[str]:
     if isinstance(declared, frozenset):
         return declared
     return EXERCISED[key]
+
+
+def not_applicable(key: str, implementation: Implementation) -> str | None:
+    """Why machine ``key`` cannot drive ``implementation`` (its class's ``applies``), or ``None``.
+
+    A machine that does not apply is not run, and the invariants only it would
+    check are reported ``not-applicable`` with this reason (the mixture machine on
+    an implementation without mixtures, such as ``lancedb.streaming``).
+    """
+    applies = getattr(MACHINES[key], "applies", None)
+    if applies is None:
+        return None
+    reason = applies(implementation)
+    return reason if isinstance(reason, str) else None
 
 
 def machine_settings(
@@ -96,11 +118,14 @@ def conformance_settings(
     *,
     process_examples: int = defaults.PROCESS_EXAMPLES,
     process_steps: int = defaults.PROCESS_STEPS,
+    mixture_examples: int = defaults.MIXTURE_EXAMPLES,
+    mixture_steps: int = defaults.MIXTURE_STEPS,
 ) -> dict[str, Settings]:
     """Per-machine Hypothesis settings: ``examples`` x ``steps`` for the in-process machines.
 
     The ``process`` machine starts worker processes in every rule, so it gets its
-    own, much smaller budget. Every run is derandomized (reproducible) unless
+    own, much smaller budget; so does ``mixture``, every step of which runs every
+    rank of a three-table mixture. Every run is derandomized (reproducible) unless
     :func:`run_conformance` is given a ``seed``; health checks that complain
     about slow examples are off (each example drives a real implementation).
     """
@@ -119,6 +144,7 @@ def conformance_settings(
         "row": make(examples, steps),
         "packed": make(examples, steps),
         "process": make(process_examples, process_steps),
+        "mixture": make(mixture_examples, mixture_steps),
     }
 
 

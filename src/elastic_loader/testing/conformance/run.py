@@ -4,7 +4,9 @@ Rules of this module: machines run in the given order; every violated
 invariant is shrunk once, in the first machine that shrinks it (a violation
 another machine could not shrink is shrunk again by the next); an invariant
 that none of the selected machines exercises is reported *not checked*, never
-*pass*. While running, warnings and log records below ``ERROR`` are silenced
+*pass*; an invariant that only a machine which does not apply to the implementation checks
+(the mixture machine, on an implementation without mixtures) is reported *not applicable*,
+whichever machines were selected. While running, warnings and log records below ``ERROR`` are silenced
 (the reference logs one warning per skipped batch); the machines' tables live
 in a temporary directory unless ``tables_dir`` is given.
 """
@@ -24,8 +26,9 @@ from hypothesis.errors import FlakyStrategyDefinition
 from ...spec.invariants import INVARIANT_NAMES
 from .. import defaults
 from ..adapters import Implementation, accepts
-from ..machines import NOT_CHECKED, DifferentialMachine
+from ..machines import NOT_CHECKED
 from ..machines.runner import (
+    Machine,
     check_invariants,
     forced_seed,
     search_enforcing,
@@ -42,6 +45,7 @@ from .resolve import (
     ImplementationLike,
     exercised,
     machine_settings,
+    not_applicable,
     quiet,
     resolve_implementation,
     versions,
@@ -100,14 +104,22 @@ def run_conformance(
         stack.enter_context(quiet())
         stack.enter_context(forced_seed(seed))
         tables = TableCache(directory)
-        found, shown, runs = _run_machines(impl, tables, chosen, shrink, shrink_seconds, progress)
+        inapplicable = {k: why for k in MACHINES if (why := not_applicable(k, impl)) is not None}
+        runnable = {k: s for k, s in chosen.items() if k not in inapplicable}
+        found, shown, runs = _run_machines(impl, tables, runnable, shrink, shrink_seconds, progress)
         vector_results: tuple[VectorResult, ...] = ()
         source = ""
         if vectors:
             vector_results, source = run_vectors(impl, directory / "vectors", vectors_dir, progress)
     return ConformanceReport(
         implementation=impl.name,
-        invariants=_invariant_results(machines, found, shown, _unexercised(impl)),
+        invariants=_invariant_results(
+            [k for k in machines if k in runnable],
+            found,
+            shown,
+            _unexercised(impl),
+            _inapplicable(inapplicable),
+        ),
         vectors=vector_results,
         runs=tuple(runs),
         seed=seed,
@@ -170,7 +182,7 @@ def _run_machines(
 
 
 def _shrink_one(
-    machine: type[DifferentialMachine],
+    machine: Machine,
     implementation: Implementation,
     tables: TableCache,
     name: str,
@@ -222,14 +234,28 @@ def _unexercised(impl: Implementation) -> dict[str, str]:
     return dict.fromkeys(PERMUTATION_INVARIANTS, why)
 
 
+def _inapplicable(machines: Mapping[str, str]) -> dict[str, str]:
+    """The invariants that only machines which do not apply to the implementation check, with why."""
+    out: dict[str, str] = {}
+    for key, why in machines.items():
+        others = set().union(*(exercised(k) for k in MACHINES if k not in machines))
+        for name in sorted(exercised(key) - others):
+            out[name] = f"{why}; only the {key} machine checks it"
+    return out
+
+
 def _invariant_results(
     machines: Sequence[str],
     found: Mapping[str, Mapping[str, str | None]],
     shown: Mapping[str, str],
     unexercised: Mapping[str, str],
+    inapplicable: Mapping[str, str],
 ) -> tuple[InvariantResult, ...]:
     out: list[InvariantResult] = []
     for name in INVARIANT_NAMES:
+        if name in inapplicable:
+            out.append(InvariantResult(name, "not-applicable", note=inapplicable[name]))
+            continue
         reason = NOT_CHECKED.get(name) or unexercised.get(name)
         if reason is not None and not any(found.get(k, {}).get(name) for k in machines):
             out.append(InvariantResult(name, "not-checked", note=reason))

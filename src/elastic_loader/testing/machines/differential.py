@@ -24,7 +24,7 @@ spec what must happen, from the same inputs:
 
 The comparisons are the judges' (:mod:`.judges`, :mod:`.checkpoints`); they
 record every discrepancy under the name of the invariant it breaks. One
-``@invariant`` method per name of :data:`~.judges.CHECKED` (made from
+``@invariant`` method per name of :data:`~.judges.DIFFERENTIAL_CHECKED` (made from
 :data:`~.judges.JUDGES`) runs that name's lineage check and raises its violation
 after the step, so Hypothesis shrinks to a minimal program. Names not in
 :attr:`DifferentialMachine.enforced` are recorded without raising, which lets
@@ -63,7 +63,7 @@ from ...spec.saved import EXTRA_KEY, Saved, merge_saved, snapshot_saved
 from ..adapters import DatasetLike, Implementation, State, accepts
 from ..tables import TOKEN_COLUMN, FaultyTransform, TableCache
 from . import checkpoints, judges, loader, protocols
-from .judges import CHECKED, JUDGES, Verdicts
+from .judges import DIFFERENTIAL_CHECKED, JUDGES, Verdicts
 from .model import (
     EpochModel,
     History,
@@ -102,7 +102,7 @@ class DifferentialMachine(RuleBasedStateMachine):
 
     implementation: ClassVar[Implementation]
     tables: ClassVar[TableCache]
-    enforced: ClassVar[frozenset[str]] = frozenset(CHECKED)
+    enforced: ClassVar[frozenset[str]] = frozenset(DIFFERENTIAL_CHECKED)
     """Names whose violation fails the example; the others are only recorded."""
     observed: ClassVar[dict[str, str] | None] = None
     """When set, the first violation text of every name, across all examples of a run."""
@@ -143,7 +143,7 @@ class DifferentialMachine(RuleBasedStateMachine):
             "__module__": cls.__module__,
             "implementation": implementation,
             "tables": tables,
-            "enforced": frozenset(CHECKED) if enforced is None else enforced,
+            "enforced": frozenset(DIFFERENTIAL_CHECKED) if enforced is None else enforced,
             "observed": observed,
             "__qualname__": cls.__qualname__,
             "__doc__": f"{cls.__doc__}\n\nBound to {implementation.name}.",
@@ -588,5 +588,5 @@ def _invariant(name: str) -> Callable[[DifferentialMachine], None]:
     return invariant()(check)
 
 
-for _name in CHECKED:
+for _name in DIFFERENTIAL_CHECKED:
     setattr(DifferentialMachine, _name, _invariant(_name))

@@ -19,7 +19,9 @@ Rules of this module:
   bad inputs (an ``AssertionError``, a bug of the suite), and an
   :class:`~elastic_loader.spec.invariants.InvariantViolation` is recorded.
 * :data:`CHECKED` is :data:`~elastic_loader.spec.invariants.INVARIANT_NAMES`
-  without the names of :data:`NOT_CHECKED`, each excluded with its reason.
+  without the names of :data:`NOT_CHECKED`, each excluded with its reason; the
+  single-table machines judge :data:`DIFFERENTIAL_CHECKED` (the table :data:`JUDGES`),
+  the mixture machine :data:`MIXTURE_CHECKED`.
 """
 
 from __future__ import annotations
@@ -52,22 +54,23 @@ NOT_CHECKED: Mapping[str, str] = {
     "another version than its checkpoint's (the pin a checkpoint records is compared with the spec's, "
     "under CheckpointRoundTripInv); tests/pipeline/checkpoint/test_pipe_protocols.py appends, deletes "
     "and updates rows after a save and cleans old versions up",
-    **{
-        name: "a mixture invariant: lancedb.streaming's API has no mixtures, so the conformance machines "
-        "cannot drive one; the mixture machine (testing/machines/mixture.py, MixtureMachine) checks it on "
-        "StreamingMixture, run by tests/pipeline/mixture/test_mixture_machine.py"
-        for name in (
-            "MixtureProportionInv",
-            "MixtureLockstepInv",
-            "MixtureElasticDeterminismProp",
-            "MixtureExactlyOnceProp",
-        )
-    },
 }
 """The invariants the machines cannot observe, each with the reason."""
 
 CHECKED: tuple[str, ...] = tuple(name for name in inv.INVARIANT_NAMES if name not in NOT_CHECKED)
 """The invariants the machines check, in ``INVARIANT_NAMES`` order."""
+
+MIXTURE_CHECKED: tuple[str, ...] = (
+    "MixtureProportionInv",
+    "MixtureLockstepInv",
+    "MixtureElasticDeterminismProp",
+    "MixtureExactlyOnceProp",
+)
+"""The invariants of mixtures: only the mixture machine (:mod:`.mixture`) checks them, and only on an
+implementation that has mixtures (:func:`~elastic_loader.testing.adapters.mixture_api`)."""
+
+DIFFERENTIAL_CHECKED: tuple[str, ...] = tuple(name for name in CHECKED if name not in MIXTURE_CHECKED)
+"""The invariants the single-table differential machines check (the names of :data:`JUDGES`)."""
 
 
 class Verdicts:
@@ -580,6 +583,8 @@ JUDGES: Mapping[str, Judge] = {
         _read_positions,
     ),
 }
-"""Every checked invariant, in :data:`CHECKED` order."""
+"""Every invariant the single-table machines check, in :data:`DIFFERENTIAL_CHECKED` order."""
 
-assert tuple(JUDGES) == CHECKED, "JUDGES must list exactly the checked invariants, in INVARIANT_NAMES order"
+assert tuple(JUDGES) == DIFFERENTIAL_CHECKED, (
+    "JUDGES must list exactly the single-table machines' invariants, in INVARIANT_NAMES order"
+)

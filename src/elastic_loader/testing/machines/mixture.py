@@ -17,17 +17,26 @@ checks, on what the pipeline did:
 * ``MixtureElasticDeterminismProp`` (rule ``global_steps``): a fresh epoch's global steps as a drawn
   topology of pipelines delivers them equal the topology-free ones.
 
-Rules of this module: a violation raises ``InvariantViolation`` with the name it breaks; a
-difference between the pipeline and the spec that no invariant names raises ``AssertionError``.
-The machine imports the pipeline, LanceDB and Hypothesis when it is used, never at import time of
-``elastic_loader.testing``.
+It is a conformance machine (``elastic-loader conformance``, machine ``mixture``) for every
+implementation that has mixtures (:func:`~elastic_loader.testing.adapters.mixture_api`: the module's
+``StreamingMixture`` and ``MixtureSource``, with this pipeline's keywords, ``schedule()`` and
+``merge_state_dicts``); ``lancedb.streaming`` has none, so there its four names are *not applicable*.
+
+Rules of this module: every violation is recorded under the name it breaks (the merged checkpoint
+differing from the spec's breaks ``MixtureExactlyOnceProp``, a one-rank checkpoint differing breaks
+``MixtureLockstepInv``) and raised when that name is enforced (:meth:`MixtureMachine.bind`, like the
+differential machines); an example that recorded a violation without raising stops driving the
+implementation (its later rules do nothing), since the spec cannot follow a wrong state. The
+machine reaches the implementation only through :class:`~elastic_loader.testing.adapters.Implementation`
+and :func:`~elastic_loader.testing.adapters.mixture_api`, and imports LanceDB when it is used.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
@@ -51,7 +60,9 @@ from ...spec.mixture_schedule import MixtureConfig, Regime, Schedule, Slot, Sour
 from ...spec.packing import Block
 from ...spec.rows import Yielded
 from ...spec.topology import PackingConfig, RunConfig, Topology
+from ..adapters import Implementation, implementation_from_module, mixture_api
 from ..tables import TableCache, TableKey
+from .judges import MIXTURE_CHECKED
 
 NAMES = ("web", "code", "books")
 KEYS = {"web": TableKey(24, 2), "code": TableKey(16, 1), "books": TableKey(8, 2)}
@@ -110,13 +121,68 @@ def _spec_key(item: MixtureItem) -> tuple[object, ...]:
 
 
 class MixtureMachine(RuleBasedStateMachine):
-    """See the module docstring; bind the tables with :meth:`bind` first."""
+    """See the module docstring; bind an implementation and the tables with :meth:`bind` first."""
 
     tables: ClassVar[TableCache | None] = None
+    implementation: ClassVar[Implementation | None] = None
+    checks: ClassVar[tuple[str, ...]] = MIXTURE_CHECKED
+    """The names this machine judges (``check_invariants`` reports these)."""
+    exercises: ClassVar[frozenset[str]] = frozenset(MIXTURE_CHECKED)
+    """What the conformance report counts as checked by this machine."""
+    enforced: ClassVar[frozenset[str]] = frozenset(MIXTURE_CHECKED)
+    """Names whose violation fails the example; the others are only recorded."""
+    observed: ClassVar[dict[str, str] | None] = None
+    """When set, the first violation text of every name, across all examples of a run."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.broken = False
 
     @classmethod
-    def bind(cls, tables: TableCache) -> type[MixtureMachine]:
-        return type("MixtureMachine", (cls,), {"tables": tables})
+    def applies(cls, implementation: Implementation) -> str | None:
+        """``None`` when the machine can drive ``implementation``, else why not."""
+        if mixture_api(implementation) is None:
+            return "the implementation has no mixtures (no StreamingMixture and MixtureSource)"
+        return None
+
+    @classmethod
+    def bind(
+        cls,
+        implementation: Implementation | TableCache,
+        tables: TableCache | None = None,
+        *,
+        enforced: frozenset[str] | None = None,
+        observed: dict[str, str] | None = None,
+    ) -> type[MixtureMachine]:
+        """A subclass driving ``implementation`` over ``tables`` (given only a ``TableCache``: this
+        package, ``elastic_loader``), with the same name, module and qualified name, so printed
+        programs replay and derandomized runs draw the same examples whoever binds it."""
+        if isinstance(implementation, TableCache):
+            tables, implementation = implementation, implementation_from_module("elastic_loader")
+        attrs: dict[str, object] = {
+            "__module__": cls.__module__,
+            "__qualname__": cls.__qualname__,
+            "implementation": implementation,
+            "tables": tables,
+            "enforced": frozenset(MIXTURE_CHECKED) if enforced is None else enforced,
+            "observed": observed,
+        }
+        return type(cls.__name__, (cls,), attrs)
+
+    def violate(self, name: str, detail: str) -> None:
+        """Record a violation of ``name``; raise it if enforced, else stop driving this example."""
+        if self.observed is not None:
+            self.observed.setdefault(name, detail)
+        self.broken = True
+        if name in self.enforced:
+            raise InvariantViolation(name, detail)
+
+    def judge(self, check: Callable[..., None], *args: Any, **kwargs: Any) -> None:
+        """Run a spec predicate on ``args`` and record the violation it raises."""
+        try:
+            check(*args, **kwargs)
+        except InvariantViolation as error:
+            self.violate(error.name, error.detail)
 
     # ------------------------------------------------------------ the model
 
@@ -152,9 +218,9 @@ class MixtureMachine(RuleBasedStateMachine):
         self.scheduled: list[str] = self._mixture(0, 1, plan.weights).schedule()
 
     def _mixture(self, rank: int, world_size: int, weights: tuple[int, ...]) -> Any:
-        from elastic_loader import MixtureSource, StreamingMixture
-
-        assert self.tables is not None
+        assert self.tables is not None and self.implementation is not None
+        api = mixture_api(self.implementation)
+        assert api is not None, "the mixture machine needs an implementation with mixtures"
         plan = self.plan
         sources = {}
         for n in NAMES:
@@ -164,8 +230,8 @@ class MixtureMachine(RuleBasedStateMachine):
                 opts["blocks_per_epoch"] = plan.blocks(n)
             else:
                 opts["columns"] = ["id"]
-            sources[n] = MixtureSource(self.tables.table(KEYS[n]), **opts)
-        return StreamingMixture(
+            sources[n] = api.source(self.tables.table(KEYS[n]), **opts)
+        return api.mixture(
             sources,
             list(weights),
             num_splits=plan.num_splits,
@@ -190,9 +256,8 @@ class MixtureMachine(RuleBasedStateMachine):
     def session(
         self, world_size: int, batch_size: int, batches: int, reweight: Any, merge: bool, writer: int
     ) -> None:
-        from elastic_loader import StreamingDataLoader
-
-        if world_size > self.plan.num_splits or self.finished:
+        assert self.implementation is not None
+        if world_size > self.plan.num_splits or self.finished or self.broken:
             return
         start = self.checkpoint or json.loads(
             json.dumps(
@@ -213,28 +278,29 @@ class MixtureMachine(RuleBasedStateMachine):
             mix = self._mixture(r, world_size, weights)
             if self.checkpoint is not None:
                 mix.load_state_dict(self.checkpoint)
-            loader = StreamingDataLoader(mix, batch_size=batch_size, collate_fn=list)
+            loader = self.implementation.loader(mix, batch_size=batch_size, collate_fn=list)
             got: list[Any] = []
-            it = iter(loader)
+            it: Iterator[Any] = iter(loader)
             for _ in range(b):
                 got += next(it)
             del it
             want = per_rank[r]
             if [_pipeline_key(i) for i in got] != [_spec_key(i) for i in want]:
-                raise InvariantViolation(
+                self.violate(
                     "MixtureExactlyOnceProp", f"rank {r} of {world_size} delivered other items than the spec"
                 )
+                return
             self.delivered += want
             states.append(mix.state_dict())
         self.regimes, self.weights = spec.regimes, weights
         merged = self._mixture(0, 1, weights).merge_state_dicts(states)
-        assert _strip(merged) == _strip(snapshot_mixture(spec.truth)), (
-            "merged checkpoint differs from the spec's"
-        )
+        if _strip(merged) != _strip(snapshot_mixture(spec.truth)):
+            self.violate("MixtureExactlyOnceProp", "the merged checkpoint differs from the spec's")
+            return
         for r, state in enumerate(states):
-            assert _strip(state) == _strip(snapshot_mixture(spec.one_rank[r])), (
-                f"rank {r}'s checkpoint differs"
-            )
+            if _strip(state) != _strip(snapshot_mixture(spec.one_rank[r])):
+                self.violate("MixtureLockstepInv", f"rank {r}'s checkpoint differs from the spec's")
+                return
             self.one_rank.append((state, spec.truth.state))
         self.checkpoint = merged if merge else states[writer % world_size]
         self.finished = spec.finished
@@ -243,9 +309,8 @@ class MixtureMachine(RuleBasedStateMachine):
     @rule(world_size=st.sampled_from([1, 2, 4]), cycles_per_step=st.integers(1, 3))
     def global_steps(self, world_size: int, cycles_per_step: int) -> None:
         """A fresh epoch's global steps, as ``world_size`` pipelines (no workers) deliver them."""
-        from elastic_loader import StreamingDataLoader
-
-        if world_size > self.plan.num_splits:
+        assert self.implementation is not None
+        if world_size > self.plan.num_splits or self.broken:
             return
         regimes = (Regime(0, self.plan.weights),)
         expected = mixture_global_steps(self.config, regimes, self.data, cycles_per_step)
@@ -261,8 +326,12 @@ class MixtureMachine(RuleBasedStateMachine):
                 k * cycles_per_step,
             )
             mix = self._mixture(r, world_size, self.plan.weights)
-            batches = [
-                list(b) for b in StreamingDataLoader(mix, batch_size=k * cycles_per_step, collate_fn=list)
+            batches: list[list[Any]] = [
+                list(b)
+                for b in cast(
+                    Iterable[Any],
+                    self.implementation.loader(mix, batch_size=k * cycles_per_step, collate_fn=list),
+                )
             ]
             steps = []
             for batch, d in zip(batches, spec.deliveries):
@@ -273,7 +342,7 @@ class MixtureMachine(RuleBasedStateMachine):
             per_rank.append(steps)
         count = min(len(s) for s in per_rank)
         got = [frozenset().union(*(s[g] for s in per_rank)) for g in range(count)]
-        inv.MixtureElasticDeterminismProp(expected, got, complete=True)
+        self.judge(inv.MixtureElasticDeterminismProp, expected, got, complete=True)
 
     # ------------------------------------------------------------ invariants
 
@@ -283,31 +352,38 @@ class MixtureMachine(RuleBasedStateMachine):
     @invariant()
     def MixtureProportionInv(self) -> None:
         """Judged on the pipeline's schedule: its source per global cycle, the spec's segments."""
-        if not hasattr(self, "plan"):
+        if not hasattr(self, "plan") or self.broken:
             return
         spec = self._schedule()
         if len(self.scheduled) != len(spec.slots):
-            raise InvariantViolation(
+            self.violate(
                 "MixtureProportionInv",
                 f"the pipeline schedules {len(self.scheduled)} global cycles, the spec {len(spec.slots)}",
             )
+            return
         slots = tuple(Slot(NAMES.index(n), s.epoch, s.index) for n, s in zip(self.scheduled, spec.slots))
-        inv.MixtureProportionInv(Schedule(slots, spec.segments, spec.end))
+        self.judge(inv.MixtureProportionInv, Schedule(slots, spec.segments, spec.end))
 
     @invariant()
     def MixtureExactlyOnceProp(self) -> None:
-        if hasattr(self, "plan"):
-            inv.MixtureExactlyOnceProp(
-                self.config, self.data, self._schedule(), self.delivered, self.finished
+        """Every item delivered since the epoch began, against the spec's schedule."""
+        if hasattr(self, "plan") and not self.broken:
+            schedule = self._schedule()
+            self.judge(
+                inv.MixtureExactlyOnceProp, self.config, self.data, schedule, self.delivered, self.finished
             )
 
     @invariant()
     def MixtureLockstepInv(self) -> None:
+        """Every one-rank checkpoint written since the last step resumes world sizes 1, 2 and 4."""
+        if not hasattr(self, "plan") or self.broken:
+            self.one_rank = []
+            return
         for state, truth in self.one_rank:
             saved = load_mixture(self.config, self.data, _strip(state))
             for world_size in (1, 2, 4):
                 if world_size <= self.plan.num_splits:
-                    inv.MixtureLockstepInv(self.data, truth, saved, world_size, may_refuse=False)
+                    self.judge(inv.MixtureLockstepInv, self.data, truth, saved, world_size, may_refuse=False)
         self.one_rank.clear()
 
 

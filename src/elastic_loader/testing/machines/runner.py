@@ -34,7 +34,17 @@ from ...spec import invariants as inv
 from ..adapters import Implementation
 from ..tables import TableCache
 from .differential import DifferentialMachine
-from .judges import CHECKED
+from .judges import DIFFERENTIAL_CHECKED
+from .mixture import MixtureMachine
+
+Machine = type[DifferentialMachine] | type[MixtureMachine]
+"""A conformance machine class: a single-table differential machine or the mixture machine."""
+
+
+def checks(machine: Machine) -> tuple[str, ...]:
+    """The invariants ``machine`` judges (the mixture machine's four, else the single-table ones)."""
+    declared = getattr(machine, "checks", None)
+    return declared if isinstance(declared, tuple) else DIFFERENTIAL_CHECKED
 
 
 @contextlib.contextmanager
@@ -91,7 +101,7 @@ def violation(error: BaseException | None, seen: set[int] | None = None) -> inv.
 
 
 def check_invariants(
-    machine: type[DifferentialMachine],
+    machine: Machine,
     implementation: Implementation,
     tables: TableCache,
     *,
@@ -107,8 +117,8 @@ def check_invariants(
     Hypothesis shrinks it to a minimal program, which is appended to the text.
 
     Args:
-        machine: :class:`RowMachine`, :class:`PackedMachine`, :class:`ProcessMachine`
-            or another subclass of :class:`DifferentialMachine`.
+        machine: :class:`RowMachine`, :class:`PackedMachine`, :class:`ProcessMachine`,
+            another subclass of :class:`DifferentialMachine`, or the mixture machine.
         implementation: the implementation under test (see :mod:`.adapters`).
         tables: where the test tables live (reused across examples).
         settings_: Hypothesis settings (``max_examples``, ``stateful_step_count``,
@@ -120,7 +130,7 @@ def check_invariants(
             expensive part of a run).
 
     Returns:
-        ``{name: None}`` for every name in :data:`CHECKED` that held and
+        ``{name: None}`` for every name the machine judges (:func:`checks`) that held and
         ``{name: text}`` for every violation.
     """
     base = settings_ if settings_ is not None else settings()
@@ -129,7 +139,7 @@ def check_invariants(
     run_state_machine_as_test(
         explore, settings=settings(base, phases=(Phase.explicit, Phase.generate), database=None)
     )
-    results: dict[str, str | None] = {name: observed.get(name) for name in CHECKED}
+    results: dict[str, str | None] = {name: observed.get(name) for name in checks(machine)}
     selected = set(observed) if shrink is True else set(observed) & set(shrink or ())
     for name in sorted(selected):
         reported: list[object] = []
@@ -146,7 +156,7 @@ def check_invariants(
 
 
 def search_enforcing(
-    machine: type[DifferentialMachine],
+    machine: Machine,
     implementation: Implementation,
     tables: TableCache,
     name: str,

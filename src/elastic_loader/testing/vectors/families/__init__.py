@@ -31,6 +31,7 @@ from . import (
     load,
     loader,
     merge,
+    mixture,
     packing,
     params,
     protocols,
@@ -60,6 +61,7 @@ FAMILIES: dict[str, Family] = {
         resolve,
         table_pin,
         protocols,
+        mixture,
     )
 }
 """Every vector family, in the order they are documented."""

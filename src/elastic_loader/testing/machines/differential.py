@@ -78,6 +78,8 @@ from .model import (
 )
 from .observe import decode_item
 from .plans import (
+    DRAWN_PERMUTATIONS,
+    PERMUTATIONS,
     LoaderPlan,
     MachineConfig,
     ProtocolName,
@@ -113,6 +115,8 @@ class DifferentialMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
+        kinds = PERMUTATIONS if accepts(self.implementation, "permutation") else ("builder",)
+        self._kinds = DRAWN_PERMUTATIONS.set(kinds)  # before the first rule draws its config
         self.verdicts = Verdicts(self.observed)
         self.cfg: MachineConfig | None = None
         self.model: EpochModel | None = None
@@ -321,8 +325,9 @@ class DifferentialMachine(RuleBasedStateMachine):
         return loader.run(self, checkpoint, plan, via_json) or Missing("loader")
 
     def teardown(self) -> None:
-        """Close every live iterator (the pipelines own threads)."""
+        """Close every live iterator (the pipelines own threads); the drawn kinds go back."""
         self._close_session()
+        DRAWN_PERMUTATIONS.reset(self._kinds)
 
     # ------------------------------------------------------------ consuming
 

@@ -95,6 +95,8 @@ VECTOR_FAMILIES: Mapping[str, str] = {
     "table_pin": "takes arbitrary table histories; TableVersionPinInv checks real table versions",
     "protocols": "takes arbitrary permutations and faults; ProtocolChainProp and SameTopologyResumeProp "
     "check chains on real tables",
+    "computed_order": "storage positions are internal (the reference has no permutation keyword); "
+    "ComputedBijectionInv and the Local invariants check real tables",
 }
 """Every vector family and how it is run against an implementation (or why it cannot be)."""
 

@@ -28,6 +28,7 @@ from . import (
     auto_budget,
     checkpoint_snapshot,
     commit,
+    computed_order,
     load,
     loader,
     merge,
@@ -60,6 +61,7 @@ FAMILIES: dict[str, Family] = {
         resolve,
         table_pin,
         protocols,
+        computed_order,
     )
 }
 """Every vector family, in the order they are documented."""

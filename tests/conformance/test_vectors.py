@@ -237,13 +237,19 @@ def _spec_functions() -> dict[str, list[_Function]]:
 def _referenced(fn: _Function, index: dict[str, list[_Function]]) -> Iterator[_Function]:
     """Functions ``fn`` calls or passes along (``functools.reduce(join_row, ...)``), over-approximated.
 
-    Type annotations are not references.
+    Type annotations are not references, nor are the classes an ``isinstance`` test names (it runs
+    no ``__post_init__``).
     """
     args = fn.node.args
     annotations = [a.annotation for a in [*args.posonlyargs, *args.args, *args.kwonlyargs] if a.annotation]
     annotations += [fn.node.returns] if fn.node.returns else []
     annotations += [n.annotation for n in ast.walk(fn.node) if isinstance(n, ast.AnnAssign)]
-    skip = {id(n) for a in annotations for n in ast.walk(a)}
+    tests = [
+        n.args[1]
+        for n in ast.walk(fn.node)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "isinstance"
+    ]
+    skip = {id(n) for a in [*annotations, *tests] for n in ast.walk(a)}
     for node in ast.walk(fn.node):
         if id(node) in skip:
             continue

@@ -20,6 +20,7 @@ import pytest
 from elastic_loader.spec import (
     CheckpointGate,
     Faults,
+    LocalShuffle,
     PackBuffer,
     PackedState,
     PackingConfig,
@@ -206,6 +207,7 @@ OTHER_PARAMS = (
     "columns",
     "worker_info_override",
     "pickle_storage_credentials",
+    "permutation",
 )
 MINIMUMS = {
     "world_size": 0,
@@ -309,6 +311,32 @@ TRIGGERS: list[tuple[str, str, Callable[[], object]]] = [
     ("read_timeout_out_of_range", "too long", params(read_timeout=10**9 + 1)),
     ("pickle_storage_credentials_type", "string", params(pickle_storage_credentials="false")),
     ("pickle_storage_credentials_type", "zero", params(pickle_storage_credentials=0)),
+    ("permutation_type", "None", params(permutation=None)),
+    ("permutation_type", "after every other type", params(permutation=1.5, pickle_storage_credentials=True)),
+    (
+        "pickle_storage_credentials_type",
+        "before permutation",
+        params(permutation=1, pickle_storage_credentials=0),
+    ),
+    ("permutation_unknown", "case matters", params(permutation="Computed")),
+    ("permutation_unknown", "after the seed checks", params(permutation="x", io_queue_depth=0)),
+    ("shuffle_seed_out_of_range", "before permutation", params(permutation="x", shuffle_seed=2**64)),
+    ("permutation_with_shuffle_false", "computed", params(permutation="computed", shuffle=False)),
+    ("permutation_with_shuffle_false", "first", params(permutation="local", shuffle=False, filter="a")),
+    ("permutation_with_split_strategy", "local", params(permutation="local", split_strategy=lambda: 0)),
+    (
+        "permutation_with_shuffle_clump_size",
+        "LocalShuffle",
+        params(permutation=LocalShuffle(2, 8), shuffle_clump_size=4),
+    ),
+    ("permutation_with_filter", "computed", params(permutation="computed", filter="score > 0")),
+    ("io_queue_depth_out_of_range", "after permutation", params(permutation="computed", io_queue_depth=0)),
+    ("local_clump_type", "bool", lambda: LocalShuffle(clump=True)),
+    ("local_clump_type", "float", lambda: LocalShuffle(clump=2.0, window="w")),  # type: ignore[arg-type]
+    ("local_window_type", "str", lambda: LocalShuffle(window="8")),  # type: ignore[arg-type]
+    ("local_clump_out_of_range", "LocalShuffle zero", lambda: LocalShuffle(clump=0)),
+    ("local_clump_out_of_range", "LocalShuffle before window", lambda: LocalShuffle(0, "w")),  # type: ignore[arg-type]
+    ("local_window_out_of_range", "LocalShuffle 2**64 + 1", lambda: LocalShuffle(window=2**64 + 1)),
     ("pack_sequences_exceeds_budget", "2**31", params(**dict(PACKS, pack_sequences=2**31))),
     (
         "pack_sequences_exceeds_budget",
@@ -729,6 +757,14 @@ def test_parameter_bounds_accept_their_limits() -> None:
     assert validate_params(Params(worker_info_override=WorkerInfo(1, 2)), TABLE).num_splits == 1
     for flag in (None, False, True):
         validate_params(Params(pickle_storage_credentials=flag), TABLE)
+    assert validate_params(Params(), TABLE).permutation == "builder"
+    assert validate_params(Params(permutation="local"), TABLE).permutation == LocalShuffle(64, 256)
+    big = LocalShuffle(2**64, 2**64)
+    assert validate_params(Params(permutation=big, shuffle_seed=None), TABLE).permutation == big
+    assert (
+        validate_params(Params(permutation="builder", shuffle=False, filter="a"), TABLE).permutation
+        == "builder"
+    )
     packs = dict(PACKS, pack_sequences=4, read_ahead_bytes=64, blocks_per_epoch=2**63 - 1 - (2**63 - 1) % 4)
     validate_params(Params(**packs), TABLE)
     validate_params(Params(**dict(PACKS, pack_sequences=2**24)), TABLE)  # 256 MiB: the default budget

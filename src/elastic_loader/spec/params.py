@@ -7,7 +7,9 @@ integers are bounded above as well as below (``_MAXIMA``, else int64), so no
 accepted value overflows a machine integer, a thread count or the byte budget.
 A ``None`` default of a keyword the reference lacks (``read_ahead_bytes``,
 ``read_timeout``, ``pickle_storage_credentials``) stands for "not passed": the
-implementation's default.
+implementation's default. ``permutation`` (D46) is a kind name or a
+:class:`LocalShuffle`; a kind other than the builder refuses, after the
+topology checks, what only the builder does (``_ONLY_BUILDER``, in order).
 """
 
 from __future__ import annotations
@@ -36,6 +38,14 @@ BLOCK_BYTES_PER_TOKEN = 16
 SEED_LIMIT = 2**64
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 ERROR_MODES = ("raise", "skip", "warn")
+PERMUTATION_KINDS = ("builder", "computed", "local")
+"""The kind names ``permutation`` accepts; ``"local"`` is ``LocalShuffle()`` (D46)."""
+DEFAULT_CLUMP = 64
+"""``LocalShuffle().clump``: rows per clump of ``permutation="local"`` (spec/LOCAL.md)."""
+DEFAULT_WINDOW = 256
+"""``LocalShuffle().window``: positions per shuffled window of ``permutation="local"``."""
+MAX_LOCAL_SIZE = 2**64
+"""The largest clump or window (a clump of every row of the largest table)."""
 
 ColumnKind = Literal["int_list", "other_list", "scalar"]
 
@@ -66,6 +76,42 @@ class _Callable:
 
 
 CALLABLE = _Callable()
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class LocalShuffle:
+    """``permutation=LocalShuffle(clump=C, window=W)``: the local permutation's parameters.
+
+    Checked on construction, as the public ``LocalShuffle`` is, so a bad one never reaches the
+    constructor: ``clump`` before ``window``, the type (``local_clump_type``, a bool is not an
+    int) before the range ``[1, 2**64]`` (``local_clump_out_of_range``).
+    """
+
+    clump: int = DEFAULT_CLUMP
+    window: int = DEFAULT_WINDOW
+
+    def __post_init__(self) -> None:
+        for name in ("clump", "window"):
+            value = getattr(self, name)
+            if not _is_int(value):
+                raise SpecTypeError(
+                    f"local_{name}_type", f"LocalShuffle.{name} must be an int, got {value!r}"
+                )
+            require(
+                1 <= value <= MAX_LOCAL_SIZE,
+                f"local_{name}_out_of_range",
+                f"LocalShuffle.{name} must be in [1, 2**64], got {value}",
+            )
+
+
+Kind = Literal["builder", "computed"] | LocalShuffle
+"""A resolved ``permutation``: ``"local"`` becomes ``LocalShuffle()``."""
+DEFAULT_LOCAL = LocalShuffle()
+"""What ``permutation="local"`` resolves to."""
 
 
 @dataclass(frozen=True)
@@ -101,6 +147,8 @@ class Params:
     """``None``: :data:`DEFAULT_READ_TIMEOUT` seconds."""
     pickle_storage_credentials: object = None
     """``None``: not passed (``False``)."""
+    permutation: object = "builder"
+    """A name of :data:`PERMUTATION_KINDS` or a :class:`LocalShuffle` (D46)."""
 
 
 @dataclass(frozen=True)
@@ -115,10 +163,7 @@ class Resolved:
     read_ahead_bytes: int = DEFAULT_READ_AHEAD_BYTES
     read_timeout: int | float | None = DEFAULT_READ_TIMEOUT
     """Seconds; ``None``: reads never time out (``read_timeout=math.inf``)."""
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    permutation: Kind = "builder"
 
 
 # (name, may be None, minimum) for every integer parameter, checked in this order.
@@ -189,6 +234,11 @@ def _check_types(p: Params) -> None:
         value = getattr(p, name)
         if not ok(value):
             raise SpecTypeError(f"{name}_type", f"{name} must be {what}, got {value!r}")
+    if not isinstance(p.permutation, (str, LocalShuffle)):
+        raise SpecTypeError(
+            "permutation_type",
+            f"permutation must be a kind name or a LocalShuffle(clump=, window=), got {p.permutation!r}",
+        )
 
 
 def _check_ranges(p: Params) -> None:
@@ -218,6 +268,50 @@ def _check_ranges(p: Params) -> None:
             "worker_info_override_out_of_range",
             f"worker_info_override needs 0 <= id < num_workers, got id={worker}, num_workers={workers}",
         )
+
+
+_ONLY_BUILDER: tuple[tuple[str, str, Callable[[object], bool], str], ...] = (
+    ("shuffle_false", "shuffle", lambda v: v is not True, "shuffle=False (storage order)"),
+    ("split_strategy", "split_strategy", lambda v: v is not None, "split_strategy"),
+    (
+        "shuffle_clump_size",
+        "shuffle_clump_size",
+        lambda v: v is not None,
+        "shuffle_clump_size (LocalShuffle has its own clump)",
+    ),
+    (
+        "filter",
+        "filter",
+        lambda v: v is not None,
+        "filter (positions would skip the filtered-out rows unevenly)",
+    ),
+)
+"""What only the builder does, in checking order: (code suffix, keyword, is it used, what it is called)."""
+
+
+def _check_permutation(p: Params) -> Kind:
+    """The resolved kind; an unknown name, then each use of ``_ONLY_BUILDER`` with another kind, fails."""
+    kind = p.permutation
+    if isinstance(kind, str):
+        require(
+            kind in PERMUTATION_KINDS,
+            "permutation_unknown",
+            f"permutation must be one of {', '.join(map(repr, PERMUTATION_KINDS))}, got {kind!r}",
+        )
+        if kind == "builder":
+            return "builder"
+        resolved: Kind = DEFAULT_LOCAL if kind == "local" else "computed"
+    else:
+        assert isinstance(kind, LocalShuffle)
+        resolved = kind
+    for suffix, name, used, what in _ONLY_BUILDER:
+        require(
+            not used(getattr(p, name)),
+            f"permutation_with_{suffix}",
+            f"permutation={kind!r} shuffles every row by storage position and cannot be combined with "
+            f"{what}; use permutation='builder' for it",
+        )
+    return resolved
 
 
 def _check_packing(p: Params, num_splits: int, table: TableFacts) -> None:
@@ -311,6 +405,7 @@ def validate_params(p: Params, table: TableFacts) -> Resolved:
             "shuffle_seed_out_of_range",
             "shuffle_seed + epoch * 100003 must be < 2**64",
         )
+    kind = _check_permutation(p)
     require(
         0 < io_queue_depth <= MAX_THREADS,
         "io_queue_depth_out_of_range",
@@ -346,4 +441,5 @@ def validate_params(p: Params, table: TableFacts) -> Resolved:
         tuple(warnings),
         budget,
         None if timeout == math.inf else timeout,
+        kind,
     )

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
+import importlib
 import json
 import warnings
 from collections.abc import Callable, Mapping
@@ -36,10 +37,10 @@ import lancedb
 import pyarrow as pa
 
 from ...spec import RunConfig, SpecError, load_saved
-from ...spec.params import CALLABLE, Params
+from ...spec.params import CALLABLE, LocalShuffle, Params
 from ...spec.saved import EXTRA_KEY, Saved
 from ...spec.topology import rank_splits
-from ..adapters import DatasetLike, Implementation
+from ..adapters import DatasetLike, Implementation, accepts
 from ..tables import TOKEN_COLUMN, TableCache, TableKey, build_table
 from ..vectors import FAMILIES, VectorCase, default_directory, load_vectors
 from ..vectors.codec import (
@@ -96,6 +97,8 @@ VECTOR_FAMILIES: Mapping[str, str] = {
     "check chains on real tables",
     "mixture": "takes arbitrary permutations; the mixture machine checks StreamingMixture on real tables "
     "(only where the implementation has mixtures)",
+    "computed_order": "storage positions are internal (the reference has no permutation keyword); "
+    "ComputedBijectionInv and the Local invariants check real tables",
 }
 """Every vector family and how it is run against an implementation (or why it cannot be)."""
 
@@ -374,6 +377,7 @@ _PARAM_DEFAULTS: Mapping[str, object] = {f.name: f.default for f in dataclasses.
 def _vector_params(ctx: _VectorContext, case: VectorCase) -> str | None:
     given = case["input"]
     decoded, kwargs = _params_kwargs(given)
+    _permutation_kwarg(ctx.implementation, kwargs)
     table = _params_table(ctx, given, kwargs)
     expected = case["output"]
     call = "StreamingDataset(table, " + ", ".join(f"{k}={v!r}" for k, v in sorted(kwargs.items())) + ")"
@@ -422,6 +426,22 @@ def _params_kwargs(given: JsonObject) -> tuple[dict[str, object], dict[str, obje
         if value is CALLABLE:
             kwargs[name] = _some_callable
     return decoded, kwargs
+
+
+def _permutation_kwarg(implementation: Implementation, kwargs: dict[str, object]) -> None:
+    """``permutation`` as the implementation takes it: left out at ``"builder"`` for one without the
+    keyword (the builder is its only permutation); a ``LocalShuffle`` of its own module."""
+    if not accepts(implementation, "permutation"):
+        if kwargs.get("permutation") == "builder":
+            del kwargs["permutation"]
+        return
+    value = kwargs.get("permutation")
+    if isinstance(value, LocalShuffle):
+        dataset_class = getattr(implementation, "dataset_class", None)  # accepts() found it
+        own = getattr(importlib.import_module(dataset_class.__module__), "LocalShuffle", None)
+        if own is None:
+            raise _NotApplicable("the implementation has no LocalShuffle")
+        kwargs["permutation"] = own(clump=value.clump, window=value.window)
 
 
 def _params_table(ctx: _VectorContext, given: JsonObject, kwargs: Mapping[str, object]) -> object:

@@ -13,7 +13,9 @@ Rules of this module:
   may be malformed on purpose) a mapping with a non-string key is written
   ``{"$": "map", "entries": [[key, value], ...]}``, some callable is
   ``{"$": "callable"}`` and a DataLoader worker-info object is
-  ``{"$": "worker_info", "id": i, "num_workers": n}``. ``spec/VECTORS.md``
+  ``{"$": "worker_info", "id": i, "num_workers": n}`` and a
+  ``LocalShuffle(clump, window)`` is ``{"$": "local_shuffle", "clump": c, "window": w}``.
+  ``spec/VECTORS.md``
   documents these conventions for implementers.
 * Standard library and the spec only: no Hypothesis, LanceDB or torch.
 """
@@ -27,7 +29,7 @@ from typing import TypeAlias
 
 from ...spec.errors import SpecError
 from ...spec.packing import Block, PackBuffer, PackedState
-from ...spec.params import CALLABLE
+from ...spec.params import CALLABLE, LocalShuffle
 from ...spec.rows import End, Exhausted, Faults, Raised, RowState, Yielded
 from ...spec.saved import Cursor, Saved, TablePin
 from ...spec.topology import PackingConfig, Permutation, RunConfig
@@ -84,6 +86,8 @@ def encode_value(value: object) -> Json:
         return _encode_mapping(value)
     if isinstance(value, WorkerInfo):
         return {"$": "worker_info", "id": encode_int(value.id), "num_workers": encode_int(value.num_workers)}
+    if isinstance(value, LocalShuffle):
+        return {"$": "local_shuffle", "clump": encode_int(value.clump), "window": encode_int(value.window)}
     if callable(value):
         return {"$": "callable"}
     raise TypeError(f"no JSON form for {value!r}")
@@ -115,6 +119,8 @@ def decode_value(value: Json) -> object:
         return CALLABLE
     if tag == "worker_info":
         return WorkerInfo(as_int(value.get("id")), as_int(value.get("num_workers")))
+    if tag == "local_shuffle":
+        return LocalShuffle(as_int(value.get("clump")), as_int(value.get("window")))
     if tag == "map":
         out: dict[object, object] = {}
         for entry in as_list(value.get("entries")):

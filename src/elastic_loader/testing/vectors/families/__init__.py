@@ -28,6 +28,7 @@ from . import (
     auto_budget,
     checkpoint_snapshot,
     commit,
+    computed_order,
     load,
     loader,
     merge,
@@ -62,6 +63,7 @@ FAMILIES: dict[str, Family] = {
         table_pin,
         protocols,
         mixture,
+        computed_order,
     )
 }
 """Every vector family, in the order they are documented."""

@@ -14,7 +14,7 @@ import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 
-from ....spec.params import CALLABLE, ColumnKind, Params, TableFacts, validate_params
+from ....spec.params import CALLABLE, ColumnKind, LocalShuffle, Params, TableFacts, validate_params
 from ..codec import (
     VectorFormatError,
     WorkerInfo,
@@ -82,6 +82,7 @@ def _run(x: ParamsInput) -> JsonObject:
         "io_queue_depth": encode_int(resolved.io_queue_depth),
         "draws_seed": resolved.draws_seed,
         "warnings": list(resolved.warnings),
+        "permutation": encode_value(resolved.permutation),
     }
 
 
@@ -97,6 +98,8 @@ _BASES: dict[str, Params] = {
     "packing_auto": Params(
         pack_sequences=16, eos_id=2, pad_id=0, blocks_per_epoch="auto", columns=["tokens"]
     ),
+    "computed": Params(num_splits=4, shuffle_seed=7, permutation="computed"),
+    "local": Params(num_splits=4, shuffle_seed=7, permutation=LocalShuffle(clump=4, window=16)),
 }
 
 
@@ -132,6 +135,8 @@ def _value_label(value: object) -> str:
     """A short identifier-safe label of a parameter value, for case names."""
     if value is CALLABLE:
         return "callable"
+    if isinstance(value, LocalShuffle):
+        return f"local_shuffle_{_int_label(value.clump)}_{_int_label(value.window)}"
     if isinstance(value, WorkerInfo):
         return f"worker_info_{_int_label(value.id)}_of_{_int_label(value.num_workers)}"
     if isinstance(value, str):
@@ -243,7 +248,53 @@ def cases() -> list[CaseDef]:
         out.bad("packing", keyword, value, "packing requirement")
     for keyword, value in _AUTO_FAULTS:
         out.bad("packing_auto", keyword, value, "packing requirement")
+    _permutations(out)
     return out.cases
+
+
+def _permutations(out: _Cases) -> None:
+    """``permutation`` (D46): valid kinds on every base, wrong types and names, what only the builder does."""
+    for kind in ("builder", "computed", "local", LocalShuffle(1, 1), LocalShuffle(2**64, 2**64)):
+        name = f"row_permutation_{_value_label(kind).removeprefix('str_')}"
+        out.case(name, f"permutation={kind!r} is a valid kind", "row", None, permutation=kind)
+    out.case(
+        "multi_rank_permutation_computed",
+        "computed on every rank",
+        "multi_rank",
+        None,
+        permutation="computed",
+    )
+    out.case(
+        "packing_permutation_local", "packing reads a local permutation", "packing", None, permutation="local"
+    )
+    out.case(
+        "local_seed_none_one_rank",
+        "a drawn seed keys the local permutation",
+        "local",
+        None,
+        shuffle_seed=None,
+    )
+    out.case("computed_num_splits_equals_rows", "one row per split", "computed", None, num_splits=100)
+    wrong: tuple[object, ...] = (None, 1, 1.5, True, ["computed"], CALLABLE)
+    for value in wrong:
+        out.bad("row", "permutation", value, "a kind name or a LocalShuffle is required")
+    for unknown in ("Computed", "random", "", "LOCAL"):
+        out.bad("row", "permutation", unknown, "not a kind name")
+    out.bad("multi_rank", "permutation", "feistel", "not a kind name")
+    for base in ("computed", "local"):
+        for keyword, value in _ONLY_BUILDER_FAULTS:
+            out.bad(base, keyword, value, "only the builder does this")
+        out.bad(base, "num_splits", 101, "fewer rows than splits")
+        out.bad(base, "rank", 1, "rank out of range, checked before the permutation")
+
+
+_ONLY_BUILDER_FAULTS: tuple[tuple[str, object], ...] = (
+    ("shuffle", False),
+    ("split_strategy", CALLABLE),
+    ("shuffle_clump_size", 8),
+    ("filter", "score > 0.5"),
+)
+"""What a computed or local permutation refuses (each alone on the computed and local bases)."""
 
 
 def _valid_variants(out: _Cases) -> None:

@@ -388,10 +388,15 @@ def main(argv: list[str] | None = None) -> int:
         f"samples trained: {counts.trained} of {ROWS}; lost {counts.lost}, duplicated {counts.duplicated}, "
         f"unexpected {counts.unexpected}"
     )
+    return _verdict("demo", checks, output)
+
+
+def _verdict(what: str, checks: dict[str, bool], output: object) -> int:
+    """Print every self-check and the verdict; the exit status (1 when a check failed)."""
     for name, ok in checks.items():
         print(f"  [{'ok' if ok else 'FAILED'}] {name}")
     failed = [name for name, ok in checks.items() if not ok]
-    print("demo passed" if not failed else f"demo FAILED: {failed} (job output: {output})")
+    print(f"{what} passed" if not failed else f"{what} FAILED: {failed} (job output: {output})")
     return 1 if failed else 0
 
 
@@ -520,11 +525,7 @@ def mixture_main(directory: Path, seed: int, scale: int = 1) -> int:
             f"{name}: trained {c.trained}; lost {c.lost}, duplicated {c.duplicated}, "
             f"unexpected {c.unexpected}"
         )
-    for name, ok in checks.items():
-        print(f"  [{'ok' if ok else 'FAILED'}] {name}")
-    failed = [name for name, ok in checks.items() if not ok]
-    print("mixture demo passed" if not failed else f"mixture demo FAILED: {failed} (job output: {output})")
-    return 1 if failed else 0
+    return _verdict("mixture demo", checks, output)
 
 
 SOURCES_INDEX = {name: k for k, (name, _) in enumerate(SOURCES)}

@@ -350,3 +350,19 @@ def merge_on_two_ranks(rank: int, init_file: str, uri: str, out_dir: str) -> Non
     iterator.close()  # type: ignore[attr-defined]
     dist.destroy_process_group()
     Path(out_dir, f"rank-{rank}.json").write_text(json.dumps({"merged": merged, "error": error}))
+
+
+def two_ranks(fn: Any, args: tuple[Any, ...], tmp_path: Path, hang_guard_s: float, what: str) -> list[Any]:
+    """Run ``fn(rank, *args)`` on 2 spawned processes, fail the test (killing them) when they are not done
+    after ``hang_guard_s`` seconds ("a rank hung {what}"), and return what each rank wrote to
+    ``tmp_path / f"rank-{r}.json"``."""
+    import torch.multiprocessing as mp
+
+    context = mp.start_processes(fn, args=args, nprocs=2, join=False, start_method="spawn")
+    deadline = time.monotonic() + hang_guard_s
+    while not context.join(timeout=1):
+        if time.monotonic() > deadline:
+            for process in context.processes:
+                process.kill()
+            pytest.fail(f"a rank hung {what}")
+    return [json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in range(2)]

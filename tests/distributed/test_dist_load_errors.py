@@ -4,13 +4,12 @@ when the reading rank fails, and save_checkpoint refusing what load_checkpoint c
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-import torch.multiprocessing as mp
+from dist_harness import two_ranks
 
 from elastic_loader.distributed import load_checkpoint, save_checkpoint
 
@@ -33,20 +32,8 @@ def load_on_two_ranks(rank: int, init_file: str, paths: list[str], src: int | No
 
 
 def run_two(tmp_path: Path, paths: list[Path], src: int | None) -> list[dict[str, object]]:
-    context = mp.start_processes(
-        load_on_two_ranks,
-        args=(str(tmp_path / "init"), [str(p) for p in paths], src, str(tmp_path)),
-        nprocs=2,
-        join=False,
-        start_method="spawn",
-    )
-    deadline = time.monotonic() + HANG_GUARD_S
-    while not context.join(timeout=1):
-        if time.monotonic() > deadline:
-            for process in context.processes:
-                process.kill()
-            pytest.fail("a rank hung in load_checkpoint")
-    return [json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in range(2)]
+    args = (str(tmp_path / "init"), [str(p) for p in paths], src, str(tmp_path))
+    return two_ranks(load_on_two_ranks, args, tmp_path, HANG_GUARD_S, "in load_checkpoint")
 
 
 def test_every_rank_raises_when_the_reading_rank_reads_a_corrupt_file(tmp_path: Path) -> None:

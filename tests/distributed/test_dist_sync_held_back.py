@@ -25,14 +25,13 @@ ended loader session's progress into the committed progress.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
 import lancedb
 import pyarrow as pa
 import pytest
-import torch.multiprocessing as mp
+from dist_harness import two_ranks
 from lancedb.permutation import permutation_builder
 
 from elastic_loader import StreamingDataLoader, StreamingDataset, merge_state_dicts
@@ -139,20 +138,8 @@ def skipped(splits: list[list[int]]) -> frozenset[int]:
 def run_two(
     tmp_path: Path, uri: str, kind: str, workers: int, skipped: frozenset[int]
 ) -> list[dict[str, Any]]:
-    context = mp.start_processes(
-        run_rank,
-        args=(str(tmp_path / "init"), uri, kind, workers, sorted(skipped), str(tmp_path)),
-        nprocs=2,
-        join=False,
-        start_method="spawn",
-    )
-    deadline = time.monotonic() + HANG_GUARD_S
-    while not context.join(timeout=1):
-        if time.monotonic() > deadline:
-            for process in context.processes:
-                process.kill()
-            pytest.fail("a rank hung at the epoch end")
-    return [json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in range(2)]
+    args = (str(tmp_path / "init"), uri, kind, workers, sorted(skipped), str(tmp_path))
+    return two_ranks(run_rank, args, tmp_path, HANG_GUARD_S, "at the epoch end")
 
 
 def _per_split(ids: list[int], splits: list[list[int]]) -> tuple[list[int], list[int]]:

@@ -203,7 +203,6 @@ def check_identity(state: Mapping[str, object], identity: Identity) -> None:
         raise ValueError(
             "perm_fingerprint mismatch: the checkpoint was written for a different permutation "
             f"({_permutation_of(str(theirs))}), this dataset reads {_permutation_of(identity.fingerprint)}"
-            + ("" if identity.fingerprint is not None else " (this dataset does not use split_strategy)")
         )
     if theirs is None and identity.fingerprint is not None:
         raise ValueError(

@@ -15,14 +15,10 @@ import lancedb
 import numpy as np
 import pyarrow as pa
 import pytest
-import torch
 
 from elastic_loader import StreamingDataset
 from elastic_loader._pipeline import _fetch
-from elastic_loader._pipeline._fetch import Segment, Unit
 from elastic_loader._pipeline._lance import Reader, fixed_row_bytes
-from elastic_loader._pipeline._rows import RowFeed, RowPayload, sampled_bytes, value_bytes
-from elastic_loader._pipeline._stats import Counters
 
 ROW_BYTES = 16 * 1024
 ROWS = 320
@@ -139,53 +135,3 @@ def test_every_row_arrives_once_whatever_the_budget(blob_table: Any) -> None:
     reader = counted(ds)
     assert [r["id"] for r in ds] == whole
     assert max(reader.calls[1:]) == 4  # one row per split: nothing more fits
-
-
-# ---------------------------------------------------------------- the feed's own accounting
-
-
-def _unit(rows: int, nbytes: int, counts: list[int]) -> Unit:
-    segments, offset = [], 0
-    for split, count in enumerate(counts):
-        segments.append(Segment(split, 0, count, offset))
-        offset += count
-    return Unit(0, segments, rows, future=_fetch.Future(), nbytes=nbytes)
-
-
-def test_row_feed_counts_ready_and_taken_rows() -> None:
-    feed, counters = RowFeed(2), Counters()
-    feed.distribute(_unit(6, 600, [4, 2]), RowPayload(list(range(6)), None, None), counters)
-    assert feed.held_bytes() == 600
-    vals, pos, weight = feed.take(0, 3)
-    assert (vals, pos, weight) == ([0, 1, 2], [0, 1, 2], 300.0)
-    assert feed.held_bytes() == 300  # taken rows leave the ready count (the loop adds them as out_bytes)
-    assert feed.values[0][:3] == [None, None, None]  # taken slots do not keep the rows alive
-    feed.distribute(_unit(2, 1000, [2, 0]), RowPayload([10, 11], None, None), counters)
-    assert feed.held_bytes() == 1300
-    _, pos, weight = feed.take(0, 2)  # one row at 100 bytes, one at 500
-    assert pos == [3, 0] and weight == 600.0
-    assert feed.held_bytes() == 700
-
-
-def test_row_feed_weighs_skipped_rows_nothing_and_large_values_by_their_size() -> None:
-    feed, counters = RowFeed(1), Counters()
-    payload = RowPayload([b"x" * 4000, None, b"y" * 4000], {1}, None)
-    feed.distribute(_unit(3, 30, [3]), payload, counters)
-    assert feed.ready(0) == 2
-    assert feed.held_bytes() == 8000  # the values outweigh their Arrow rows
-
-
-def test_value_bytes_measures_buffers_arrays_and_tensors() -> None:
-    assert value_bytes(b"abc") == 3
-    assert value_bytes("abcd") == 4
-    assert value_bytes(memoryview(b"12345")) == 5
-    assert value_bytes(np.zeros(10, dtype=np.int64)) == 80
-    assert value_bytes(torch.zeros(3, dtype=torch.float32)) == 12
-    nested = {"a": np.zeros(4, dtype=np.int8), "b": [b"xy", (b"z",)]}
-    assert value_bytes(nested) == 6  # the tuple is a third level: not measured
-    assert value_bytes([[[b"deep"]]]) == 0  # beyond two levels: not measured
-    assert value_bytes(3) == 0
-    assert sampled_bytes([]) == 0.0
-    assert sampled_bytes([b"a", b"bbb", b"ccccc"]) == 3.0
-    assert sampled_bytes([b"aa"]) == 2.0
-    assert sampled_bytes([b"aaaa", None, b"bb"]) == 3.0  # a skipped row's place is not a value

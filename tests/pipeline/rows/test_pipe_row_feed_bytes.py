@@ -13,7 +13,7 @@ import torch
 
 from elastic_loader._pipeline import _fetch
 from elastic_loader._pipeline._fetch import Segment, Unit
-from elastic_loader._pipeline._rows import RowFeed, RowPayload, sampled_bytes, value_bytes
+from elastic_loader._pipeline._rows import RowCursor, RowFeed, RowPayload, iterate, sampled_bytes, value_bytes
 from elastic_loader._pipeline._stats import Counters
 
 
@@ -62,3 +62,34 @@ def test_value_bytes_measures_buffers_arrays_and_tensors() -> None:
     assert sampled_bytes([b"a", b"bbb", b"ccccc"]) == 3.0
     assert sampled_bytes([b"aa"]) == 2.0
     assert sampled_bytes([b"aaaa", None, b"bb"]) == 3.0  # a skipped row's place is not a value
+
+
+class _Units:
+    """Stands in for the read pipeline: hands out prepared units, then the end (``None``)."""
+
+    def __init__(self, *units: tuple[Unit, RowPayload]) -> None:
+        self._units = list(units)
+
+    def next_unit(self) -> tuple[Unit, RowPayload] | None:
+        return self._units.pop(0) if self._units else None
+
+
+def test_the_chunk_being_handed_out_is_held_until_it_ends() -> None:
+    """While the consumer takes a chunk's rows, their bytes still count as held (the rows are alive in
+    the chunk); when the chunk ends they are released, so the next chunk holds its own bytes only
+    (Origin: mutants of the out-bytes accounting in ``_rows.iterate`` survived)."""
+    feed, counters = RowFeed(2), Counters()
+    cursor = RowCursor([0, 0], [0, 0])
+    units = _Units(
+        (_unit(6, 600, [3, 3]), RowPayload(list(range(6)), None, None)),
+        (_unit(4, 2000, [2, 2]), RowPayload(list(range(10, 14)), None, None)),
+    )
+    rows = iterate(units, feed, cursor, [0, 1], counters)  # type: ignore[arg-type]
+    assert next(rows) == 0
+    assert (feed.ready_bytes, feed.held_bytes()) == (0.0, 600)  # all six rows are in the first chunk
+    assert [next(rows) for _ in range(5)] == [3, 1, 4, 2, 5]
+    assert feed.held_bytes() == 600  # the last row of the chunk is with the consumer: not yet released
+    assert next(rows) == 10
+    assert feed.held_bytes() == 2000  # the first chunk's 600 bytes were released when it ended
+    assert list(rows) == [12, 11, 13]
+    assert feed.held_bytes() == 0

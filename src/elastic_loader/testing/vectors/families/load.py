@@ -23,7 +23,7 @@ from ....spec.protocols import Shape
 from ....spec.rows import RowState, initial_row_state
 from ....spec.saved import Saved, load_for_rank, snapshot_saved
 from ....spec.topology import RunConfig
-from ..codec import as_int, dec_config, decode_value, enc_config, enc_saved, encode_value
+from ..codec import CONFIG, INT, OPAQUE, enc_saved, record
 from .base import CaseDef, Codec, JsonObject, SpecError, attempt, error_json, family, inv, make_case
 from .fixtures import (
     PACKED_CONFIG,
@@ -53,24 +53,7 @@ class LoadInput:
     checkpoint: object
 
 
-def _encode(x: LoadInput) -> JsonObject:
-    return {
-        "config": enc_config(x.config),
-        "split_len": x.split_len,
-        "world_size": x.world_size,
-        "rank": x.rank,
-        "checkpoint": encode_value(x.checkpoint),
-    }
-
-
-def _decode(j: JsonObject) -> LoadInput:
-    return LoadInput(
-        dec_config(j["config"]),
-        as_int(j["split_len"]),
-        as_int(j["world_size"]),
-        as_int(j["rank"]),
-        decode_value(j["checkpoint"]),
-    )
+_encode, _decode = record(LoadInput, CONFIG, INT, INT, INT, OPAQUE)
 
 
 def _run(x: LoadInput) -> JsonObject:

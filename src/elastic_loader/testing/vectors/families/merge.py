@@ -24,7 +24,7 @@ from ....spec.protocols import Shape
 from ....spec.rows import RowState
 from ....spec.saved import merge_state_dicts, snapshot_saved
 from ....spec.topology import PackingConfig, Permutation, RunConfig, rank_splits
-from ..codec import Corpus, as_list, corpus_map, decode_value, enc_checkpoint, encode_value
+from ..codec import OPAQUE, Corpus, array, corpus_map, enc_checkpoint, record
 from ..plumbing import NO_FAULTS, random_corpus, random_perm, rows_after
 from .base import CaseDef, Codec, JsonObject, SpecError, attempt, error_json, family, inv, make_case
 from .fixtures import (
@@ -51,12 +51,7 @@ class MergeInput:
     checkpoints: tuple[object, ...]
 
 
-def _encode(x: MergeInput) -> JsonObject:
-    return {"checkpoints": [encode_value(c) for c in x.checkpoints]}
-
-
-def _decode(j: JsonObject) -> MergeInput:
-    return MergeInput(tuple(decode_value(c) for c in as_list(j["checkpoints"])))
+_encode, _decode = record(MergeInput, array(OPAQUE))
 
 
 def _run(x: MergeInput) -> JsonObject:

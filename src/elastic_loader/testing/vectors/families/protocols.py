@@ -24,25 +24,25 @@ from ....spec.rows import Faults
 from ....spec.saved import Saved, snapshot_saved
 from ....spec.topology import Permutation, RunConfig
 from ..codec import (
+    BOOL,
+    CONFIG,
+    CORPUS,
+    FAULTS,
+    INT,
+    INTS,
+    PERMUTATION,
     Corpus,
     Json,
     VectorFormatError,
-    as_int,
-    as_ints,
-    as_list,
-    as_object,
+    array,
     as_str,
     corpus_map,
-    dec_config,
-    dec_corpus,
-    dec_faults,
-    dec_permutation,
     enc_checkpoint,
-    enc_config,
-    enc_corpus,
-    enc_faults,
     enc_item,
-    enc_permutation,
+    nested,
+    optional,
+    plain,
+    record,
 )
 from ..plumbing import faults_of
 from .base import CaseDef, Codec, JsonObject, SpecError, attempt, error_json, family, inv, make_case
@@ -79,58 +79,15 @@ class ProtocolsInput:
         return len(self.permutation[0])
 
 
-def _enc_step(step: Step) -> Json:
-    return {
-        "world_size": step.world_size,
-        "num_workers": step.num_workers,
-        "batch_size": step.batch_size,
-        "batches": list(step.batches),
-        "protocol": None if step.protocol is None else step.protocol.value,
-        "saver": step.saver,
-    }
-
-
-def _dec_step(value: Json) -> Step:
-    obj = as_object(value)
-    protocol = obj["protocol"]
+def _dec_protocol(value: Json) -> Protocol:
     try:
-        chosen = None if protocol is None else Protocol(as_str(protocol))
+        return Protocol(as_str(value))
     except ValueError as error:
-        raise VectorFormatError(f"unknown protocol {protocol!r}") from error
-    return Step(
-        as_int(obj["world_size"]),
-        as_int(obj["num_workers"]),
-        as_int(obj["batch_size"]),
-        as_ints(obj["batches"]),
-        chosen,
-        as_int(obj["saver"]),
-    )
+        raise VectorFormatError(f"unknown protocol {value!r}") from error
 
 
-def _encode(x: ProtocolsInput) -> JsonObject:
-    return {
-        "config": enc_config(x.config),
-        "permutation": enc_permutation(x.permutation),
-        "faults": enc_faults(x.faults),
-        "corpus": None if x.corpus is None else enc_corpus(x.corpus),
-        "skipping": x.skipping,
-        "sessions": [_enc_step(s) for s in x.sessions],
-    }
-
-
-def _decode(j: JsonObject) -> ProtocolsInput:
-    corpus = j["corpus"]
-    skipping = j["skipping"]
-    if not isinstance(skipping, bool):
-        raise VectorFormatError(f"skipping is {skipping!r}")
-    return ProtocolsInput(
-        dec_config(j["config"]),
-        dec_permutation(j["permutation"]),
-        dec_faults(j["faults"]),
-        None if corpus is None else dec_corpus(corpus),
-        skipping,
-        tuple(_dec_step(s) for s in as_list(j["sessions"])),
-    )
+_STEP = nested(Step, INT, INT, INT, INTS, optional(plain(lambda p: p.value, _dec_protocol)), INT)
+_encode, _decode = record(ProtocolsInput, CONFIG, PERMUTATION, FAULTS, optional(CORPUS), BOOL, array(_STEP))
 
 
 @dataclass(frozen=True)

@@ -28,10 +28,13 @@ from ..codec import OPAQUE, Corpus, array, corpus_map, enc_checkpoint, record
 from ..plumbing import NO_FAULTS, random_corpus, random_perm, rows_after
 from .base import CaseDef, Codec, JsonObject, SpecError, attempt, error_json, family, inv, make_case
 from .fixtures import (
+    PACKED_CHECKPOINT,
     PACKED_CONFIG,
     PACKED_STATE,
+    ROW_CHECKPOINT,
     ROW_CONFIG,
     ROW_STATE,
+    STRATEGY_CHECKPOINT,
     STRATEGY_CONFIG,
     changed,
     checkpoint_fault_cases,
@@ -92,8 +95,7 @@ def _ranks_at_step(
     return ranks, packed_after(tuple(range(s)), steps * s)
 
 
-_ROW = snapshot_row(ROW_CONFIG, ROW_STATE)
-_PACKED = snapshot_packed(PACKED_CONFIG, PACKED_STATE)
+_ROW, _STRATEGY, _PACKED = ROW_CHECKPOINT, STRATEGY_CHECKPOINT, PACKED_CHECKPOINT
 _OTHER = RowState((1, 3, 0, 2), (1, 4, 2, 2))
 
 
@@ -119,8 +121,8 @@ def cases() -> list[CaseDef]:
         *_shape_cases(),
         *_disagreement_cases(),
         *_invalid_config_cases(),
-        *checkpoint_fault_cases(_with_other, _ROW, _PACKED),
-        *provenance_fault_cases(_with_other, _ROW, _PACKED),
+        *checkpoint_fault_cases(_with_other),
+        *provenance_fault_cases(_with_other),
         *_session_cases(),
         *_missing_rank_cases(),
         *_table_cases(),
@@ -187,7 +189,7 @@ def _row_cases() -> list[CaseDef]:
         _case(
             "row_with_fingerprint",
             "the fingerprint is kept",
-            [snapshot_row(STRATEGY_CONFIG, ROW_STATE), snapshot_row(STRATEGY_CONFIG, _OTHER)],
+            [_STRATEGY, snapshot_row(STRATEGY_CONFIG, _OTHER)],
         ),
     ]
 
@@ -257,7 +259,6 @@ def _disagreement_cases() -> list[CaseDef]:
         "packing keys must agree",
         "the fingerprint is compared across all states",
     )
-    strategy = snapshot_row(STRATEGY_CONFIG, ROW_STATE)
     rows = (
         ("error_shuffle_seed_differs", config, _ROW, changed(_ROW, shuffle_seed=1)),
         ("error_num_splits_differs", config, _ROW, changed(_ROW, num_splits=8)),
@@ -266,9 +267,9 @@ def _disagreement_cases() -> list[CaseDef]:
         ("error_eos_id_differs", packing, _PACKED, changed(_PACKED, eos_id=3)),
         ("error_pad_id_differs", packing, _PACKED, changed(_PACKED, pad_id=3)),
         ("error_blocks_per_epoch_differs", packing, _PACKED, changed(_PACKED, blocks_per_epoch=4)),
-        ("error_fingerprint_only_in_second", fingerprint, _ROW, strategy),
-        ("error_fingerprint_only_in_first", fingerprint, strategy, _ROW),
-        ("error_fingerprints_differ", fingerprint, strategy, changed(_ROW, perm_fingerprint="f" * 64)),
+        ("error_fingerprint_only_in_second", fingerprint, _ROW, _STRATEGY),
+        ("error_fingerprint_only_in_first", fingerprint, _STRATEGY, _ROW),
+        ("error_fingerprints_differ", fingerprint, _STRATEGY, changed(_ROW, perm_fingerprint="f" * 64)),
     )  # fmt: skip
     return [_case(name, description, [first, second]) for name, description, first, second in rows]
 

@@ -339,23 +339,27 @@ def _of_session(
     return _case(name, description, wire, check)
 
 
-_SESSIONS: tuple[tuple[str, str, Job, Shape, int | tuple[int, ...], tuple[int, ...]], ...] = (
-    # name, description, job, shape, batches (one for every rank, or per rank), ranks merged (): all
+_EVERY_RANK: tuple[tuple[str, str, Job, Shape, int | tuple[int, ...]], ...] = (
+    # name, description, job, shape, batches (one for every rank, or per rank)
     ("ours_row_lockstep", "2 ranks of 2 workers, 3 batches each: the cursor of every rank is kept",
-     ROW_JOB, Shape(2, 2, 1), 3, ()),
+     ROW_JOB, Shape(2, 2, 1), 3),
     ("ours_row_out_of_lockstep",
      "rank 0 took 4 batches, rank 1 one: rank 1's own value wins over rank 0's inference",
-     ROW_JOB, Shape(2, 0, 2), (4, 1), ()),
+     ROW_JOB, Shape(2, 0, 2), (4, 1)),
     ("ours_row_skipping_transforms", "splits one rank could not know are reported by their owner",
-     SKIP_JOB, Shape(2, 0, 2), 2, ()),
+     SKIP_JOB, Shape(2, 0, 2), 2),
     ("ours_row_four_ranks", "4 ranks of one split each, out of lockstep",
-     ROW_JOB, Shape(4, 0, 1), (1, 3, 0, 2), ()),
+     ROW_JOB, Shape(4, 0, 1), (1, 3, 0, 2)),
     ("ours_packed_lockstep", "packed, 2 ranks of 2 workers: the owners' buffers, no projection left",
-     PACKED_JOB, Shape(2, 2, 1), 3, ()),
+     PACKED_JOB, Shape(2, 2, 1), 3),
     ("ours_packed_out_of_lockstep",
      "packed, rank 0 took 5 batches, rank 1 two: rank 1's value wins over rank 0's projection",
-     PACKED_JOB, Shape(2, 0, 1), (5, 2), ()),
-    # a merge that leaves out a rank: a split no checkpoint reports
+     PACKED_JOB, Shape(2, 0, 1), (5, 2)),
+)  # fmt: skip
+"""The merges of every rank's checkpoint of a session, a row each."""
+
+_SOME_RANKS: tuple[tuple[str, str, Job, Shape, int | tuple[int, ...], tuple[int, ...]], ...] = (
+    # name, description, job, shape, batches, the ranks whose checkpoints are merged
     ("error_ours_one_of_two_ranks", "one rank's checkpoint alone is loaded directly, never merged",
      ROW_JOB, Shape(2, 2, 1), 3, (0,)),
     ("error_ours_three_of_four_ranks", "rank 2 is left out",
@@ -365,7 +369,7 @@ _SESSIONS: tuple[tuple[str, str, Job, Shape, int | tuple[int, ...], tuple[int, .
     ("ours_same_rank_twice", "a rank's checkpoint twice with the other's: nothing is missing",
      ROW_JOB, Shape(2, 0, 1), (2, 3), (0, 1, 0)),
 )  # fmt: skip
-"""The merges of a session's checkpoints, a row each: every rank's, then merges that leave out a rank."""
+"""The merges that leave out a rank, a row each (and one that names a rank twice)."""
 
 
 def _session_cases() -> list[CaseDef]:
@@ -373,7 +377,7 @@ def _session_cases() -> list[CaseDef]:
     alone = session(PACKED_JOB, Shape(1, 0, 4), 2)[0].checkpoint.state
     assert isinstance(alone, PackedState)
     return [
-        *(_of_session(*row) for row in _SESSIONS[:6]),
+        *(_of_session(*row) for row in _EVERY_RANK),
         _case(
             "ours_through_json_and_legacy",
             "our checkpoint after a JSON round trip merged with one written without our key",
@@ -387,7 +391,7 @@ def _session_cases() -> list[CaseDef]:
 
 def _missing_rank_cases() -> list[CaseDef]:
     """A merge that leaves out a rank: a split no checkpoint reports."""
-    return [_of_session(*row) for row in _SESSIONS[6:]]
+    return [_of_session(*row) for row in _SOME_RANKS]
 
 
 def _table_cases() -> list[CaseDef]:

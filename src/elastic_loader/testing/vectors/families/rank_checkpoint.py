@@ -277,40 +277,20 @@ def _multi_pass(
 
 def _pass_cases() -> list[CaseDef]:
     """Several loaders in one session: the inference replays every pass."""
-    return [
-        _multi_pass(
-            "row_two_passes_same_workers",
-            "3 batches of a 2-worker loader, then 2 of a new one that goes on at the next role",
-            ROW_JOB,
-            2,
-            0,
-            ((2, 1, 3), (2, 1, 2)),
-        ),
-        _multi_pass(
-            "row_workers_then_in_process",
-            "a 2-worker loader, then plain iteration: the cursor is gone",
-            ROW_JOB,
-            2,
-            1,
-            ((2, 1, 3), (0, 1, 2)),
-        ),
-        _multi_pass(
-            "packed_two_passes",
-            "packed: plain iteration, then a 2-worker loader that starts mid-cycle",
-            PACKED_JOB,
-            2,
-            1,
-            ((0, 1, 3), (2, 1, 3)),
-        ),
-        _multi_pass(
-            "row_empty_pass_changes_nothing",
-            "a loader the trainer took nothing from leaves the cursor of the one before",
-            ROW_JOB,
-            2,
-            0,
-            ((2, 1, 1), (2, 1, 0)),
-        ),
-    ]
+    rows = (
+        # name, description, job, world_size, rank, passes ((num_workers, batch_size, batches) each)
+        ("row_two_passes_same_workers",
+         "3 batches of a 2-worker loader, then 2 of a new one that goes on at the next role",
+         ROW_JOB, 2, 0, ((2, 1, 3), (2, 1, 2))),
+        ("row_workers_then_in_process", "a 2-worker loader, then plain iteration: the cursor is gone",
+         ROW_JOB, 2, 1, ((2, 1, 3), (0, 1, 2))),
+        ("packed_two_passes", "packed: plain iteration, then a 2-worker loader that starts mid-cycle",
+         PACKED_JOB, 2, 1, ((0, 1, 3), (2, 1, 3))),
+        ("row_empty_pass_changes_nothing",
+         "a loader the trainer took nothing from leaves the cursor of the one before",
+         ROW_JOB, 2, 0, ((2, 1, 1), (2, 1, 0))),
+    )  # fmt: skip
+    return [_multi_pass(*row) for row in rows]
 
 
 def _partial_cases() -> list[CaseDef]:

@@ -32,7 +32,7 @@ import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 from ...spec.errors import SpecError
 from ...spec.packing import Block, PackBuffer, PackedState
@@ -40,6 +40,9 @@ from ...spec.params import CALLABLE, LocalShuffle
 from ...spec.rows import End, Exhausted, Faults, Raised, RowState, Yielded
 from ...spec.saved import Cursor, Saved, TablePin, load_saved, snapshot_saved
 from ...spec.topology import PackingConfig, Permutation, RunConfig
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 Json: TypeAlias = "bool | int | float | str | list[Json] | dict[str, Json] | None"
 JsonObject: TypeAlias = "dict[str, Json]"
@@ -445,7 +448,7 @@ def enc_saved(saved: Saved) -> JsonObject:
 # ---------------------------------------------------------------- the fields of an input
 
 
-R = TypeVar("R")
+R = TypeVar("R", bound="DataclassInstance")
 
 
 @dataclass(frozen=True)
@@ -484,7 +487,6 @@ def array(field: Field) -> Field:
 INT = plain(encode_int, as_int)
 INTS = plain(encode_ints, as_ints)
 BOOL = plain(lambda value: value, as_bool)
-STR = plain(lambda value: value, as_str)
 OPAQUE = plain(encode_value, decode_value)
 """A value that may be malformed on purpose (a checkpoint, an argument): :func:`encode_value`."""
 CONFIG = plain(enc_config, dec_config)
@@ -506,7 +508,7 @@ SAVED = Field(
 
 def record(cls: type[R], *fields: Field) -> tuple[Callable[[R], JsonObject], Callable[[JsonObject], R]]:
     """The encoder and decoder of the dataclass ``cls`` whose fields, in order, are ``fields``."""
-    names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    names = [f.name for f in dataclasses.fields(cls)]
     if len(names) != len(fields):
         raise TypeError(f"{cls.__name__} has {len(names)} fields, {len(fields)} given")
 

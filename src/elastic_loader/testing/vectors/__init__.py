@@ -3,7 +3,8 @@
 Layout:
 
 * :mod:`.codec` -- the JSON codec of model values (tagged big integers,
-  opaque values; ``spec/VECTORS.md`` documents the conventions).
+  opaque values; ``spec/VECTORS.md`` documents the conventions), and of a
+  family's input dataclass, field by field (``record``).
 * :mod:`.plumbing` -- cases, families and how ``build`` turns a case into a
   vector (running the model and the invariants that apply to the result).
 * :mod:`.families` -- one module per family (``topology``, ``row_order``,

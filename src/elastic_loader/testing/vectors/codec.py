@@ -17,22 +17,32 @@ Rules of this module:
   ``LocalShuffle(clump, window)`` is ``{"$": "local_shuffle", "clump": c, "window": w}``.
   ``spec/VECTORS.md``
   documents these conventions for implementers.
+* A family's input is a frozen dataclass written field by field: :func:`record`
+  pairs each field, in declaration order, with a :class:`Field` (how the value
+  is written and read back, by the ``enc_*`` and ``dec_*``/``as_*`` above it);
+  the JSON object has the field names as keys, in that order. A field is read
+  after the fields declared before it and may use them (a state is read in the
+  mode of the ``config``).
 * Standard library and the spec only: no Hypothesis, LanceDB or torch.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 from ...spec.errors import SpecError
 from ...spec.packing import Block, PackBuffer, PackedState
 from ...spec.params import CALLABLE, LocalShuffle
 from ...spec.rows import End, Exhausted, Faults, Raised, RowState, Yielded
-from ...spec.saved import Cursor, Saved, TablePin
+from ...spec.saved import Cursor, Saved, TablePin, load_saved, snapshot_saved
 from ...spec.topology import PackingConfig, Permutation, RunConfig
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 Json: TypeAlias = "bool | int | float | str | list[Json] | dict[str, Json] | None"
 JsonObject: TypeAlias = "dict[str, Json]"
@@ -167,6 +177,13 @@ def as_int(value: Json) -> int:
 def as_ints(value: Json) -> tuple[int, ...]:
     """``value`` as an array of integers."""
     return tuple(as_int(v) for v in as_list(value))
+
+
+def as_bool(value: Json) -> bool:
+    """``value`` as a boolean (never an integer)."""
+    if not isinstance(value, bool):
+        raise VectorFormatError(f"expected a boolean, got {value!r}")
+    return value
 
 
 def as_str(value: Json) -> str:
@@ -426,3 +443,88 @@ def enc_provenance(saved: Saved) -> JsonObject:
 def enc_saved(saved: Saved) -> JsonObject:
     """A checkpoint as the model reads it: the plain progress (``state``) and its provenance."""
     return {"state": enc_state(saved.state), **enc_provenance(saved)}
+
+
+# ---------------------------------------------------------------- the fields of an input
+
+
+R = TypeVar("R", bound="DataclassInstance")
+
+
+@dataclass(frozen=True)
+class Field:
+    """How one field of a family's input is written as JSON and read back.
+
+    ``decode`` gets the JSON value and the fields decoded before it, by name (a
+    state is read in the mode of the ``config`` before it).
+    """
+
+    encode: Callable[[Any], Json]
+    decode: Callable[[Json, Mapping[str, Any]], Any]
+
+
+def plain(encode: Callable[[Any], Json], decode: Callable[[Json], Any]) -> Field:
+    """A field read without looking at the others."""
+    return Field(encode, lambda value, _: decode(value))
+
+
+def optional(field: Field) -> Field:
+    """``field``, or ``null`` for ``None``."""
+    return Field(
+        lambda value: None if value is None else field.encode(value),
+        lambda value, done: None if value is None else field.decode(value, done),
+    )
+
+
+def array(field: Field) -> Field:
+    """A tuple of ``field`` values as a JSON array."""
+    return Field(
+        lambda values: [field.encode(v) for v in values],
+        lambda value, done: tuple(field.decode(v, done) for v in as_list(value)),
+    )
+
+
+INT = plain(encode_int, as_int)
+INTS = plain(encode_ints, as_ints)
+BOOL = plain(lambda value: value, as_bool)
+OPAQUE = plain(encode_value, decode_value)
+"""A value that may be malformed on purpose (a checkpoint, an argument): :func:`encode_value`."""
+CONFIG = plain(enc_config, dec_config)
+PACKING = plain(enc_packing, dec_packing)
+PERMUTATION = plain(enc_permutation, dec_permutation)
+FAULTS = plain(enc_faults, dec_faults)
+CORPUS = plain(enc_corpus, dec_corpus)
+ROW_STATE = plain(enc_row_state, dec_row_state)
+PACKED_STATE = plain(enc_packed_state, dec_packed_state)
+STATE = Field(enc_state, lambda value, done: dec_config_state(done["config"], value))
+"""A row or packed state, read in the mode of the input's ``config``."""
+SAVED = Field(
+    lambda saved: enc_checkpoint(snapshot_saved(saved))["checkpoint"],
+    lambda value, done: load_saved(done["config"], decode_value(value), done["split_len"]),
+)
+"""A checkpoint as the model read it, written as the dict it writes; read back for the input's
+``config`` and ``split_len``."""
+
+
+def record(cls: type[R], *fields: Field) -> tuple[Callable[[R], JsonObject], Callable[[JsonObject], R]]:
+    """The encoder and decoder of the dataclass ``cls`` whose fields, in order, are ``fields``."""
+    names = [f.name for f in dataclasses.fields(cls)]
+    if len(names) != len(fields):
+        raise TypeError(f"{cls.__name__} has {len(names)} fields, {len(fields)} given")
+
+    def encode(value: R) -> JsonObject:
+        return {name: field.encode(getattr(value, name)) for name, field in zip(names, fields)}
+
+    def decode(obj: JsonObject) -> R:
+        done: dict[str, Any] = {}
+        for name, field in zip(names, fields):
+            done[name] = field.decode(obj[name], done)
+        return cls(**done)
+
+    return encode, decode
+
+
+def nested(cls: type[R], *fields: Field) -> Field:
+    """A dataclass inside an input, written as a JSON object by :func:`record`."""
+    encode, decode = record(cls, *fields)
+    return plain(encode, lambda value: decode(as_object(value)))

@@ -8,9 +8,11 @@ family means adding its module here.
 Rules of every family module (its own docstring says only what is its own: the
 model it asks, where its cases come from, the invariants they are checked against):
 
-* The input is a frozen dataclass with a JSON codec (``_encode``/``_decode``)
-  and a model run (``_run``) that checks the invariants of the result and
-  returns the output, or :func:`~elastic_loader.testing.vectors.codec.error_json` of the
+* The input is a frozen dataclass with a JSON codec (``_encode``/``_decode``;
+  :func:`~elastic_loader.testing.vectors.codec.record` makes them field by field
+  wherever every field has a JSON form of its own) and a model run (``_run``)
+  that checks the invariants of the result and returns the output, or
+  :func:`~elastic_loader.testing.vectors.codec.error_json` of the
   :class:`~elastic_loader.spec.errors.SpecError` the model raised
   (:func:`~elastic_loader.testing.vectors.plumbing.attempt`).
 * :func:`cases` builds the cases, deterministically, in the order the vector

@@ -15,15 +15,7 @@ from ....spec.checkpoint import commit_packed, commit_row, snapshot_packed, snap
 from ....spec.packing import PackedState, initial_packed_state, iterate_packed
 from ....spec.rows import RowState, initial_row_state, iterate_rows
 from ....spec.topology import PackingConfig, RunConfig
-from ..codec import (
-    corpus_map,
-    dec_config,
-    dec_config_state,
-    decode_value,
-    enc_config,
-    enc_state,
-    encode_value,
-)
+from ..codec import CONFIG, OPAQUE, STATE, corpus_map, enc_state, record
 from ..plumbing import NO_FAULTS, random_corpus, random_perm
 from .base import CaseDef, Codec, JsonObject, SpecError, attempt, error_json, family, make_case
 from .fixtures import changed
@@ -38,17 +30,7 @@ class CommitInput:
     incoming: object
 
 
-def _encode(x: CommitInput) -> JsonObject:
-    return {
-        "config": enc_config(x.config),
-        "parent": enc_state(x.parent),
-        "incoming": encode_value(x.incoming),
-    }
-
-
-def _decode(j: JsonObject) -> CommitInput:
-    config = dec_config(j["config"])
-    return CommitInput(config, dec_config_state(config, j["parent"]), decode_value(j["incoming"]))
+_encode, _decode = record(CommitInput, CONFIG, STATE, OPAQUE)
 
 
 def _run(x: CommitInput) -> JsonObject:

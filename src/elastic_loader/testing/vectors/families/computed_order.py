@@ -144,8 +144,10 @@ def _case(
     seed: int = 0,
     epoch: int = 0,
     local: tuple[int, int] | None = None,
-    slots: tuple[Slot, ...] | None = None,
+    sampled: bool = False,
 ) -> CaseDef:
+    """A case of this family; ``sampled``: read at the slots :func:`_sampled` picks, else everywhere."""
+    slots = _sampled(rows, splits) if sampled else None
     value = OrderInput(rows, splits, seed, epoch, local, slots)
     return make_case("computed_order", CODEC, name, description, value)
 
@@ -181,7 +183,7 @@ def cases() -> list[CaseDef]:
             10**9,
             8,
             seed=7,
-            slots=_sampled(10**9, 8),
+            sampled=True,
         ),
         _case(
             "computed_4pow15_plus_1_sampled",
@@ -189,7 +191,7 @@ def cases() -> list[CaseDef]:
             4**15 + 1,
             3,
             seed=11,
-            slots=_sampled(4**15 + 1, 3),
+            sampled=True,
         ),
         _case("local_degenerate", "clump = window = 1 reads the computed order", 17, 4, seed=9, local=(1, 1)),
         _case("local_one_row", "N = 1", 1, 1, local=(4, 16)),
@@ -205,7 +207,7 @@ def cases() -> list[CaseDef]:
             8,
             seed=7,
             local=(64, 256),
-            slots=_sampled(10**9, 8),
+            sampled=True,
         ),
         _case(
             "local_billion_rows_short_clump_sampled",
@@ -214,7 +216,7 @@ def cases() -> list[CaseDef]:
             5,
             seed=13,
             local=(1000, 3000),
-            slots=_sampled(10**9 + 7, 5),
+            sampled=True,
         ),
         _case("error_no_rows", "N = 0 has no permutation", 0, 1),
         _case("error_fewer_rows_than_splits", "3 rows cannot fill 4 splits", 3, 4),

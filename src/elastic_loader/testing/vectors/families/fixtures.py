@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 
+from ....spec.checkpoint import snapshot_packed, snapshot_row
 from ....spec.packing import PackBuffer, PackedState
 from ....spec.rows import RowState
 from ....spec.saved import EXTRA_KEY, FORMAT, digest
@@ -29,6 +30,10 @@ PACKED_CONFIG = RunConfig(4, 7, 0, None, PACKING4)
 PACKED_STATE = PackedState(
     (3, 2, 2, 4), (1, 1, 1, 1), {0: PackBuffer((1, 10, 1), (1,)), 3: PackBuffer((1,), ())}
 )
+ROW_CHECKPOINT = snapshot_row(ROW_CONFIG, ROW_STATE)
+STRATEGY_CHECKPOINT = snapshot_row(STRATEGY_CONFIG, ROW_STATE)
+PACKED_CHECKPOINT = snapshot_packed(PACKED_CONFIG, PACKED_STATE)
+"""The checkpoints a dataset of each configuration writes at ``ROW_STATE`` or ``PACKED_STATE``."""
 
 
 Wrap = Callable[[str, str, object], CaseDef]
@@ -72,8 +77,9 @@ def with_extra(checkpoint: Mapping[str, object], sign: bool = False, **entries: 
     return out
 
 
-def checkpoint_fault_cases(wrap: Wrap, row: dict[str, object], packed: dict[str, object]) -> list[CaseDef]:
-    """Malformed-checkpoint cases shared by load and merge (one fault each)."""
+def checkpoint_fault_cases(wrap: Wrap) -> list[CaseDef]:
+    """Malformed-checkpoint cases shared by load and merge (one fault each of the fixtures' checkpoints)."""
+    row, packed = ROW_CHECKPOINT, PACKED_CHECKPOINT
     return [
         *_row_faults(wrap, row),
         *_packed_faults(wrap, packed),
@@ -270,8 +276,10 @@ def _reachability_faults(wrap: Wrap, packed: dict[str, object]) -> list[CaseDef]
     ]
 
 
-def provenance_fault_cases(wrap: Wrap, row: dict[str, object], packed: dict[str, object]) -> list[CaseDef]:
-    """The ``elastic_loader`` entry: the format and digest, then each of its fields malformed."""
+def provenance_fault_cases(wrap: Wrap) -> list[CaseDef]:
+    """The ``elastic_loader`` entry of the fixtures' checkpoints: the format and digest, then each of
+    its fields malformed."""
+    row, packed = ROW_CHECKPOINT, PACKED_CHECKPOINT
     return [
         *_format_faults(wrap, row),
         *_split_list_faults(wrap, row),

@@ -23,13 +23,16 @@ from ....spec.protocols import Shape
 from ....spec.rows import RowState, initial_row_state
 from ....spec.saved import Saved, load_for_rank, snapshot_saved
 from ....spec.topology import RunConfig
-from ..codec import as_int, dec_config, decode_value, enc_config, enc_saved, encode_value
+from ..codec import CONFIG, INT, OPAQUE, enc_saved, record
 from .base import CaseDef, Codec, JsonObject, SpecError, attempt, error_json, family, inv, make_case
 from .fixtures import (
+    PACKED_CHECKPOINT,
     PACKED_CONFIG,
     PACKED_STATE,
+    ROW_CHECKPOINT,
     ROW_CONFIG,
     ROW_STATE,
+    STRATEGY_CHECKPOINT,
     STRATEGY_CONFIG,
     changed,
     checkpoint_fault_cases,
@@ -53,24 +56,7 @@ class LoadInput:
     checkpoint: object
 
 
-def _encode(x: LoadInput) -> JsonObject:
-    return {
-        "config": enc_config(x.config),
-        "split_len": x.split_len,
-        "world_size": x.world_size,
-        "rank": x.rank,
-        "checkpoint": encode_value(x.checkpoint),
-    }
-
-
-def _decode(j: JsonObject) -> LoadInput:
-    return LoadInput(
-        dec_config(j["config"]),
-        as_int(j["split_len"]),
-        as_int(j["world_size"]),
-        as_int(j["rank"]),
-        decode_value(j["checkpoint"]),
-    )
+_encode, _decode = record(LoadInput, CONFIG, INT, INT, INT, OPAQUE)
 
 
 def _run(x: LoadInput) -> JsonObject:
@@ -85,9 +71,7 @@ def _run(x: LoadInput) -> JsonObject:
 CODEC = Codec(_encode, _decode, _run)
 
 
-_ROW = snapshot_row(ROW_CONFIG, ROW_STATE)
-_STRATEGY = snapshot_row(STRATEGY_CONFIG, ROW_STATE)
-_PACKED = snapshot_packed(PACKED_CONFIG, PACKED_STATE)
+_ROW, _STRATEGY, _PACKED = ROW_CHECKPOINT, STRATEGY_CHECKPOINT, PACKED_CHECKPOINT
 
 
 def _case(
@@ -113,221 +97,105 @@ def _auto(name: str, description: str, checkpoint: object) -> CaseDef:
 def cases() -> list[CaseDef]:
     """Checkpoint validation on load: the parsed progress, or the error class and code."""
     return [
-        *_row_cases(),
-        *_packed_cases(),
-        *_shape_cases(),
-        *_config_mismatch_cases(),
-        *_mode_mismatch_cases(),
-        *_range_cases(),
-        *checkpoint_fault_cases(_auto, _ROW, _PACKED),
+        *(_case(*row) for row in _HAND_MADE),
+        *checkpoint_fault_cases(_auto),
         *_session_cases(),
         *_more_session_cases(),
         *_edited_cases(),
         *_legacy_packed_cases(),
-        *provenance_fault_cases(_auto, _ROW, _PACKED),
+        *provenance_fault_cases(_auto),
         *_topology_cases(),
     ]
 
 
-def _row_cases() -> list[CaseDef]:
-    """Row checkpoints the model accepts: as written, legacy forms, extra keys, other key orders."""
-    big = RunConfig(4, 2**64 - 2, 0)
-    rows = (
-        ("row_snapshot", "a row checkpoint as written (in-memory form)", ROW_CONFIG, _ROW),
-        ("row_fresh", "a row checkpoint before any row", ROW_CONFIG,
-         snapshot_row(ROW_CONFIG, initial_row_state(4))),
-        ("row_at_split_end", "progress may reach the split end", ROW_CONFIG,
-         changed(_ROW, positions_consumed_per_split=[5, 5, 5, 5], samples_consumed_per_split=[5, 4, 5, 3])),
-        ("row_legacy_int_samples", "a legacy int count is a uniform list; positions default to it",
-         ROW_CONFIG,
-         without(changed(_ROW, samples_consumed_per_split=3), "positions_consumed_per_split")),
-        ("row_legacy_int_with_positions", "a legacy int count with a positions list", ROW_CONFIG,
-         changed(_ROW, samples_consumed_per_split=1)),
-        ("row_positions_missing", "without positions, positions equal samples", ROW_CONFIG,
-         without(_ROW, "positions_consumed_per_split")),
-        ("row_positions_null", "a null positions entry counts as missing", ROW_CONFIG,
-         changed(_ROW, positions_consumed_per_split=None)),
-        ("row_unknown_key_ignored", "keys the format does not define are ignored", ROW_CONFIG,
-         changed(_ROW, note="written by another tool")),
-        ("row_keys_in_other_order", "key order does not matter on load", ROW_CONFIG,
-         dict(reversed(list(_ROW.items())))),
-        ("row_with_fingerprint", "a split_strategy dataset loads its own fingerprint",
-         STRATEGY_CONFIG, _STRATEGY),
-        ("row_big_seed", "a shuffle_seed near 2**64 compares exactly", big, snapshot_row(big, ROW_STATE)),
-    )  # fmt: skip
-    return [_case(*row) for row in rows]
+_BIG = RunConfig(4, 2**64 - 2, 0)
+_ROW_ONLY = replace(PACKED_CONFIG, packing=None)
+_BUFFERS = {"0": {"tokens": [1, 10, 1], "starts": [1]}, "3": {"tokens": [1], "starts": []}}
+_DICT, _CONFIG_KEYS, _PACKING_KEYS = (
+    "a checkpoint is a dict",
+    "config keys are required",
+    "packing keys are required",
+)
+_MATCH = "packing keys must match"
 
-
-def _packed_cases() -> list[CaseDef]:
-    """Packed checkpoints the model accepts: int or string buffer keys, empty buffers, at the budget."""
-    return [
-        _case("packed_snapshot", "a packed checkpoint as written (int buffer keys)", PACKED_CONFIG, _PACKED),
-        _case(
-            "packed_string_buffer_keys",
-            "JSON turns buffer keys into strings; they are accepted",
-            PACKED_CONFIG,
-            with_buffers(
-                _PACKED, {"0": {"tokens": [1, 10, 1], "starts": [1]}, "3": {"tokens": [1], "starts": []}}
-            ),
-        ),
-        _case(
-            "packed_empty_buffer_dropped",
-            "an empty buffer is the same as a missing one",
-            PACKED_CONFIG,
-            with_buffers(
-                _PACKED,
-                {
-                    "0": {"tokens": [1, 10, 1], "starts": [1]},
-                    "1": {"tokens": [], "starts": []},
-                    "3": {"tokens": [1], "starts": []},
-                },
-            ),
-        ),
-        _case(
-            "packed_fresh",
-            "a packed checkpoint before any block",
-            PACKED_CONFIG,
-            snapshot_packed(PACKED_CONFIG, initial_packed_state(4)),
-        ),
-        _case(
-            "packed_at_budget",
-            "every split emitted its budget",
-            PACKED_CONFIG,
-            changed(_PACKED, blocks_emitted_per_split=[2, 2, 2, 2]),
-        ),
-    ]
-
-
-def _shape_cases() -> list[CaseDef]:
-    """Not a checkpoint dict, or a required key missing."""
-    dict_, config, packing = "a checkpoint is a dict", "config keys are required", "packing keys are required"
-    rows = (
-        ("error_not_a_dict", dict_, ROW_CONFIG, [_ROW]),
-        ("error_null", dict_, ROW_CONFIG, None),
-        ("error_string", dict_, PACKED_CONFIG, "checkpoint"),
-        ("error_missing_shuffle_seed", config, ROW_CONFIG, without(_ROW, "shuffle_seed")),
-        ("error_missing_num_splits", config, ROW_CONFIG, without(_ROW, "num_splits")),
-        ("error_missing_epoch", config, ROW_CONFIG, without(_ROW, "epoch")),
-        ("error_missing_pack_sequences", packing, PACKED_CONFIG, without(_PACKED, "pack_sequences")),
-    )  # fmt: skip
-    return [_case(*row) for row in rows]
-
-
-def _config_mismatch_cases() -> list[CaseDef]:
-    """A checkpoint of another configuration or permutation."""
-    return [
-        _case("error_num_splits_differs", "num_splits must match", ROW_CONFIG, changed(_ROW, num_splits=8)),
-        _case(
-            "error_shuffle_seed_differs",
-            "shuffle_seed must match",
-            ROW_CONFIG,
-            changed(_ROW, shuffle_seed=41),
-        ),
-        _case(
-            "error_epoch_differs_row_mode",
-            "row mode checks the epoch too",
-            ROW_CONFIG,
-            changed(_ROW, epoch=2),
-        ),
-        _case(
-            "error_epoch_differs_packed_mode",
-            "packed mode checks the epoch",
-            PACKED_CONFIG,
-            changed(_PACKED, epoch=1),
-        ),
-        _case(
-            "error_num_splits_is_string",
-            "a string is not the configured number",
-            ROW_CONFIG,
-            changed(_ROW, num_splits="4"),
-        ),
-        _case(
-            "error_fingerprint_differs",
-            "a checkpoint of another permutation",
-            STRATEGY_CONFIG,
-            changed(_STRATEGY, perm_fingerprint="0" * 64),
-        ),
-        _case(
-            "error_fingerprint_on_random_split_dataset",
-            "a fingerprint where the dataset has none is a mismatch",
-            ROW_CONFIG,
-            _STRATEGY,
-        ),
-        _case(
-            "error_fingerprint_missing",
-            "a split_strategy dataset needs the fingerprint",
-            STRATEGY_CONFIG,
-            _ROW,
-        ),
-    ]
-
-
-def _mode_mismatch_cases() -> list[CaseDef]:
-    """A checkpoint of the other mode, or of other packing parameters."""
-    return [
-        _case(
-            "error_row_checkpoint_packed_dataset",
-            "row and packed checkpoints do not mix",
-            PACKED_CONFIG,
-            snapshot_row(replace(PACKED_CONFIG, packing=None), RowState((0,) * 4, (0,) * 4)),
-        ),
-        _case(
-            "error_packed_checkpoint_row_dataset",
-            "row and packed checkpoints do not mix",
-            replace(PACKED_CONFIG, packing=None),
-            _PACKED,
-        ),
-        _case(
-            "error_pack_sequences_differs",
-            "packing keys must match",
-            PACKED_CONFIG,
-            changed(_PACKED, pack_sequences=8),
-        ),
-        _case("error_eos_id_differs", "packing keys must match", PACKED_CONFIG, changed(_PACKED, eos_id=2)),
-        _case("error_pad_id_differs", "packing keys must match", PACKED_CONFIG, changed(_PACKED, pad_id=-1)),
-        _case(
-            "error_blocks_per_epoch_differs",
-            "packing keys must match",
-            PACKED_CONFIG,
-            changed(_PACKED, blocks_per_epoch=12),
-        ),
-        _case(
-            "error_blocks_per_epoch_auto",
-            "a checkpoint holds the resolved budget, never 'auto'",
-            PACKED_CONFIG,
-            changed(_PACKED, blocks_per_epoch="auto"),
-        ),
-    ]
-
-
-def _range_cases() -> list[CaseDef]:
-    """Progress beyond the split end or the budget."""
-    return [
-        _case(
-            "error_row_position_beyond_split_end",
-            "progress beyond the split end",
-            ROW_CONFIG,
-            changed(_ROW, positions_consumed_per_split=[3, 2, 6, 2]),
-        ),
-        _case(
-            "error_row_legacy_beyond_split_end",
-            "a legacy count beyond the split end",
-            ROW_CONFIG,
-            without(changed(_ROW, samples_consumed_per_split=6), "positions_consumed_per_split"),
-        ),
-        _case(
-            "error_packed_consumed_beyond_split_end",
-            "progress beyond the split end",
-            PACKED_CONFIG,
-            changed(_PACKED, samples_consumed_per_split=[3, 2, 2, 6]),
-        ),
-        _case(
-            "error_packed_emitted_beyond_budget",
-            "more blocks than the per-split budget",
-            PACKED_CONFIG,
-            changed(_PACKED, blocks_emitted_per_split=[3, 3, 3, 3]),
-        ),
-    ]
+_HAND_MADE: tuple[tuple[str, str, RunConfig, object], ...] = (
+    # name, description, config of the dataset, checkpoint (split length 5, one rank)
+    # row checkpoints the model accepts: as written, legacy forms, extra keys, other key orders
+    ("row_snapshot", "a row checkpoint as written (in-memory form)", ROW_CONFIG, _ROW),
+    ("row_fresh", "a row checkpoint before any row", ROW_CONFIG,
+     snapshot_row(ROW_CONFIG, initial_row_state(4))),
+    ("row_at_split_end", "progress may reach the split end", ROW_CONFIG,
+     changed(_ROW, positions_consumed_per_split=[5, 5, 5, 5], samples_consumed_per_split=[5, 4, 5, 3])),
+    ("row_legacy_int_samples", "a legacy int count is a uniform list; positions default to it",
+     ROW_CONFIG,
+     without(changed(_ROW, samples_consumed_per_split=3), "positions_consumed_per_split")),
+    ("row_legacy_int_with_positions", "a legacy int count with a positions list", ROW_CONFIG,
+     changed(_ROW, samples_consumed_per_split=1)),
+    ("row_positions_missing", "without positions, positions equal samples", ROW_CONFIG,
+     without(_ROW, "positions_consumed_per_split")),
+    ("row_positions_null", "a null positions entry counts as missing", ROW_CONFIG,
+     changed(_ROW, positions_consumed_per_split=None)),
+    ("row_unknown_key_ignored", "keys the format does not define are ignored", ROW_CONFIG,
+     changed(_ROW, note="written by another tool")),
+    ("row_keys_in_other_order", "key order does not matter on load", ROW_CONFIG,
+     dict(reversed(list(_ROW.items())))),
+    ("row_with_fingerprint", "a split_strategy dataset loads its own fingerprint",
+     STRATEGY_CONFIG, _STRATEGY),
+    ("row_big_seed", "a shuffle_seed near 2**64 compares exactly", _BIG, snapshot_row(_BIG, ROW_STATE)),
+    # packed checkpoints the model accepts: int or string buffer keys, empty buffers, at the budget
+    ("packed_snapshot", "a packed checkpoint as written (int buffer keys)", PACKED_CONFIG, _PACKED),
+    ("packed_string_buffer_keys", "JSON turns buffer keys into strings; they are accepted",
+     PACKED_CONFIG, with_buffers(_PACKED, _BUFFERS)),
+    ("packed_empty_buffer_dropped", "an empty buffer is the same as a missing one",
+     PACKED_CONFIG, with_buffers(_PACKED, {"0": {"tokens": [1, 10, 1], "starts": [1]},
+                                           "1": {"tokens": [], "starts": []},
+                                           "3": {"tokens": [1], "starts": []}})),
+    ("packed_fresh", "a packed checkpoint before any block",
+     PACKED_CONFIG, snapshot_packed(PACKED_CONFIG, initial_packed_state(4))),
+    ("packed_at_budget", "every split emitted its budget",
+     PACKED_CONFIG, changed(_PACKED, blocks_emitted_per_split=[2, 2, 2, 2])),
+    # not a checkpoint dict, or a required key missing
+    ("error_not_a_dict", _DICT, ROW_CONFIG, [_ROW]),
+    ("error_null", _DICT, ROW_CONFIG, None),
+    ("error_string", _DICT, PACKED_CONFIG, "checkpoint"),
+    ("error_missing_shuffle_seed", _CONFIG_KEYS, ROW_CONFIG, without(_ROW, "shuffle_seed")),
+    ("error_missing_num_splits", _CONFIG_KEYS, ROW_CONFIG, without(_ROW, "num_splits")),
+    ("error_missing_epoch", _CONFIG_KEYS, ROW_CONFIG, without(_ROW, "epoch")),
+    ("error_missing_pack_sequences", _PACKING_KEYS, PACKED_CONFIG, without(_PACKED, "pack_sequences")),
+    # a checkpoint of another configuration or permutation
+    ("error_num_splits_differs", "num_splits must match", ROW_CONFIG, changed(_ROW, num_splits=8)),
+    ("error_shuffle_seed_differs", "shuffle_seed must match", ROW_CONFIG, changed(_ROW, shuffle_seed=41)),
+    ("error_epoch_differs_row_mode", "row mode checks the epoch too", ROW_CONFIG, changed(_ROW, epoch=2)),
+    ("error_epoch_differs_packed_mode", "packed mode checks the epoch",
+     PACKED_CONFIG, changed(_PACKED, epoch=1)),
+    ("error_num_splits_is_string", "a string is not the configured number",
+     ROW_CONFIG, changed(_ROW, num_splits="4")),
+    ("error_fingerprint_differs", "a checkpoint of another permutation",
+     STRATEGY_CONFIG, changed(_STRATEGY, perm_fingerprint="0" * 64)),
+    ("error_fingerprint_on_random_split_dataset", "a fingerprint where the dataset has none is a mismatch",
+     ROW_CONFIG, _STRATEGY),
+    ("error_fingerprint_missing", "a split_strategy dataset needs the fingerprint", STRATEGY_CONFIG, _ROW),
+    # a checkpoint of the other mode, or of other packing parameters
+    ("error_row_checkpoint_packed_dataset", "row and packed checkpoints do not mix",
+     PACKED_CONFIG, snapshot_row(_ROW_ONLY, RowState((0,) * 4, (0,) * 4))),
+    ("error_packed_checkpoint_row_dataset", "row and packed checkpoints do not mix", _ROW_ONLY, _PACKED),
+    ("error_pack_sequences_differs", _MATCH, PACKED_CONFIG, changed(_PACKED, pack_sequences=8)),
+    ("error_eos_id_differs", _MATCH, PACKED_CONFIG, changed(_PACKED, eos_id=2)),
+    ("error_pad_id_differs", _MATCH, PACKED_CONFIG, changed(_PACKED, pad_id=-1)),
+    ("error_blocks_per_epoch_differs", _MATCH, PACKED_CONFIG, changed(_PACKED, blocks_per_epoch=12)),
+    ("error_blocks_per_epoch_auto", "a checkpoint holds the resolved budget, never 'auto'",
+     PACKED_CONFIG, changed(_PACKED, blocks_per_epoch="auto")),
+    # progress beyond the split end or the budget
+    ("error_row_position_beyond_split_end", "progress beyond the split end",
+     ROW_CONFIG, changed(_ROW, positions_consumed_per_split=[3, 2, 6, 2])),
+    ("error_row_legacy_beyond_split_end", "a legacy count beyond the split end",
+     ROW_CONFIG, without(changed(_ROW, samples_consumed_per_split=6), "positions_consumed_per_split")),
+    ("error_packed_consumed_beyond_split_end", "progress beyond the split end",
+     PACKED_CONFIG, changed(_PACKED, samples_consumed_per_split=[3, 2, 2, 6])),
+    ("error_packed_emitted_beyond_budget", "more blocks than the per-split budget",
+     PACKED_CONFIG, changed(_PACKED, blocks_emitted_per_split=[3, 3, 3, 3])),
+)  # fmt: skip
+"""The hand-made checkpoints, a row each, by theme (a comment heads each theme)."""
 
 
 def _from_session(

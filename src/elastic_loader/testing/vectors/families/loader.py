@@ -19,22 +19,20 @@ from ....spec.packing import PackedState, initial_packed_state, iterate_packed
 from ....spec.rows import Faults, RowState, Yielded, initial_row_state, iterate_rows
 from ....spec.topology import PackingConfig, Permutation, RunConfig, Topology
 from ..codec import (
+    CONFIG,
+    CORPUS,
+    FAULTS,
+    INT,
+    PERMUTATION,
+    STATE,
     Corpus,
-    as_int,
     corpus_map,
-    dec_config,
-    dec_config_state,
-    dec_corpus,
-    dec_faults,
-    dec_permutation,
     enc_block,
-    enc_config,
-    enc_corpus,
-    enc_faults,
-    enc_permutation,
     enc_raised,
     enc_row,
     enc_state,
+    optional,
+    record,
 )
 from ..plumbing import NO_FAULTS, faults_of, random_corpus, random_perm, rows_after
 from .base import CaseDef, Codec, JsonObject, SpecError, attempt, error_json, family, inv, make_case
@@ -56,36 +54,9 @@ class LoaderInput:
     rotation: int = 0
 
 
-def _encode(x: LoaderInput) -> JsonObject:
-    return {
-        "config": enc_config(x.config),
-        "permutation": enc_permutation(x.permutation),
-        "faults": enc_faults(x.faults),
-        "corpus": None if x.corpus is None else enc_corpus(x.corpus),
-        "world_size": x.world_size,
-        "rank": x.rank,
-        "num_workers": x.num_workers,
-        "batch_size": x.batch_size,
-        "start": enc_state(x.start),
-        "rotation": x.rotation,
-    }
-
-
-def _decode(j: JsonObject) -> LoaderInput:
-    config = dec_config(j["config"])
-    corpus = j["corpus"]
-    return LoaderInput(
-        config,
-        dec_permutation(j["permutation"]),
-        dec_faults(j["faults"]),
-        None if corpus is None else dec_corpus(corpus),
-        as_int(j["world_size"]),
-        as_int(j["rank"]),
-        as_int(j["num_workers"]),
-        as_int(j["batch_size"]),
-        dec_config_state(config, j["start"]),
-        as_int(j["rotation"]),
-    )
+_encode, _decode = record(
+    LoaderInput, CONFIG, PERMUTATION, FAULTS, optional(CORPUS), INT, INT, INT, INT, STATE, INT
+)
 
 
 def _run(x: LoaderInput) -> JsonObject:
@@ -163,15 +134,28 @@ def _case(
     return make_case("loader", CODEC, name, description, value)
 
 
+def _on_one_rank(
+    name: str,
+    description: str,
+    config: RunConfig,
+    num_workers: int,
+    batch_size: int,
+    faults: Faults = NO_FAULTS,
+    start: RowState | PackedState | None = None,
+    rotation: int = 0,
+) -> CaseDef:
+    """A case of the only rank of the 4-split job; packed, over ``_CORPUS``, when ``config`` packs."""
+    corpus = None if config.packing is None else _CORPUS
+    return _case(
+        name, description, config, _PERM, 1, 0, num_workers, batch_size, faults, corpus, start, rotation
+    )
+
+
 def cases() -> list[CaseDef]:
     """``StreamingDataLoader`` delivery on one rank: batches in order, and the state after each."""
     return [
         *_delivery_cases(),
-        *_fault_cases(),
-        *_resume_cases(),
-        *_packed_cases(),
-        *_mid_step_cases(),
-        *_rotation_cases(),
+        *(_on_one_rank(*row) for row in _ONE_RANK),
         *_error_cases(),
     ]
 
@@ -179,212 +163,66 @@ def cases() -> list[CaseDef]:
 def _delivery_cases() -> list[CaseDef]:
     """Batches in order from one iterator or several workers, on one rank or another."""
     return [
-        _case("in_process_one_rank", "num_workers=0: one iterator, batches of 4", _CFG, _PERM, 1, 0, 0, 4),
-        _case("in_process_partial_last_batch", "the last batch is shorter", _CFG, _PERM, 1, 0, 0, 3),
-        _case("two_workers_round_robin", "batches arrive in order (index, worker)", _CFG, _PERM, 1, 0, 2, 2),
-        _case("four_workers_one_split_each", "each worker reads one split", _CFG, _PERM, 1, 0, 4, 2),
+        _on_one_rank("in_process_one_rank", "num_workers=0: one iterator, batches of 4", _CFG, 0, 4),
+        _on_one_rank("in_process_partial_last_batch", "the last batch is shorter", _CFG, 0, 3),
+        _on_one_rank("two_workers_round_robin", "batches arrive in order (index, worker)", _CFG, 2, 2),
+        _on_one_rank("four_workers_one_split_each", "each worker reads one split", _CFG, 4, 2),
         _case("rank_1_of_2_with_2_workers", "a rank reads only its splits", _CFG8, _PERM8, 2, 1, 2, 3),
-        _case("batch_size_one", "every row is its own batch", _CFG, _PERM, 1, 0, 2, 1),
+        _on_one_rank("batch_size_one", "every row is its own batch", _CFG, 2, 1),
     ]
 
 
-def _fault_cases() -> list[CaseDef]:
-    """A worker that runs out early, and raising rows."""
-    return [
-        _case(
-            "worker_ends_early_drops_out",
-            "a worker whose splits run out first stops delivering",
-            _CFG,
-            _PERM,
-            1,
-            0,
-            2,
-            2,
-            faults_of(skipped=[_PERM[0][1], _PERM[1][3], _PERM[0][4]]),
-        ),
-        _case(
-            "worker_raises_stops_delivery",
-            "a raising row turns its batch into the error; nothing after it",
-            _CFG,
-            _PERM,
-            1,
-            0,
-            2,
-            2,
-            faults_of(raising=[_PERM[2][2]]),
-        ),
-        _case(
-            "in_process_raise_keeps_full_batches",
-            "full batches before the error are delivered",
-            _CFG,
-            _PERM,
-            1,
-            0,
-            0,
-            3,
-            faults_of(raising=[_PERM[3][3]]),
-        ),
-    ]
+_MID_CYCLE = RowState((3, 2, 2, 2), (3, 2, 2, 2))
 
-
-def _resume_cases() -> list[CaseDef]:
-    """Resumes at a step boundary (workers) and mid-cycle (one iterator)."""
-    return [
-        _case(
-            "resume_from_step_boundary",
-            "two workers resume from a one-rank checkpoint",
-            _CFG,
-            _PERM,
-            1,
-            0,
-            2,
-            2,
-            start=_MID,
-        ),
-        _case(
-            "in_process_resume_mid_cycle",
-            "one iterator may resume mid-cycle (catch-up)",
-            _CFG,
-            _PERM,
-            1,
-            0,
-            0,
-            3,
-            start=RowState((3, 2, 2, 2), (3, 2, 2, 2)),
-        ),
-    ]
-
-
-def _packed_cases() -> list[CaseDef]:
-    """Packed blocks, in the process and from workers, and a packed resume."""
-    return [
-        _case("packed_two_workers", "packed blocks, two workers", _PCFG, _PERM, 1, 0, 2, 2, corpus=_CORPUS),
-        _case("packed_in_process", "packed blocks in the process", _PCFG, _PERM, 1, 0, 0, 3, corpus=_CORPUS),
-        _case(
-            "packed_resume",
-            "packed resume at a step boundary",
-            _PCFG,
-            _PERM,
-            1,
-            0,
-            2,
-            1,
-            corpus=_CORPUS,
-            start=_PACKED_MID,
-        ),
-    ]
-
-
-def _mid_step_cases() -> list[CaseDef]:
-    """Starts no step boundary holds: every iterator catches up first (D23)."""
-    return [
-        _case(
-            "workers_resume_mid_cycle",
-            "two workers resume from a mid-cycle state: worker 0 catches split 1 up",
-            _CFG,
-            _PERM,
-            1,
-            0,
-            2,
-            2,
-            start=RowState((3, 2, 2, 2), (3, 2, 2, 2)),
-        ),
-        _case(
-            "packed_resume_mid_step",
-            "packed, one iterator: splits 2 and 3 catch up before the cycles",
-            _PCFG,
-            _PERM,
-            1,
-            0,
-            0,
-            2,
-            corpus=_CORPUS,
-            start=_PACKED_PARTIAL,
-        ),
-    ]
-
-
-def _rotation_cases() -> list[CaseDef]:
-    """Loaders resumed on their own topology: torch worker 0 plays the role whose batch came next."""
-    return [
-        _case(
-            "two_workers_rotation_1",
-            "torch worker 0 reads role 1's splits, so role 1's batch comes first",
-            _CFG,
-            _PERM,
-            1,
-            0,
-            2,
-            2,
-            start=_MID,
-            rotation=1,
-        ),
-        _case(
-            "four_workers_rotation_3_mid_round",
-            "a checkpoint after 3 batches of a 4-worker round: role 3 goes on",
-            _CFG,
-            _PERM,
-            1,
-            0,
-            4,
-            1,
-            start=rows_after(_PERM, NO_FAULTS, (0, 1, 2), 3),
-            rotation=3,
-        ),
-        _case(
-            "packed_rotation_1",
-            "packed, two workers, torch worker 0 in role 1",
-            _PCFG,
-            _PERM,
-            1,
-            0,
-            2,
-            1,
-            corpus=_CORPUS,
-            start=_PACKED_MID,
-            rotation=1,
-        ),
-    ]
+_ONE_RANK: tuple[tuple[str, str, RunConfig, int, int, Faults, RowState | PackedState | None, int], ...] = (
+    # name, description, config, num_workers, batch_size, faults, start (None: the epoch's), rotation
+    # a worker that runs out early, and raising rows
+    ("worker_ends_early_drops_out", "a worker whose splits run out first stops delivering",
+     _CFG, 2, 2, faults_of(skipped=[_PERM[0][1], _PERM[1][3], _PERM[0][4]]), None, 0),
+    ("worker_raises_stops_delivery", "a raising row turns its batch into the error; nothing after it",
+     _CFG, 2, 2, faults_of(raising=[_PERM[2][2]]), None, 0),
+    ("in_process_raise_keeps_full_batches", "full batches before the error are delivered",
+     _CFG, 0, 3, faults_of(raising=[_PERM[3][3]]), None, 0),
+    # resumes at a step boundary (workers) and mid-cycle (one iterator)
+    ("resume_from_step_boundary", "two workers resume from a one-rank checkpoint",
+     _CFG, 2, 2, NO_FAULTS, _MID, 0),
+    ("in_process_resume_mid_cycle", "one iterator may resume mid-cycle (catch-up)",
+     _CFG, 0, 3, NO_FAULTS, _MID_CYCLE, 0),
+    # packed blocks, in the process and from workers, and a packed resume
+    ("packed_two_workers", "packed blocks, two workers", _PCFG, 2, 2, NO_FAULTS, None, 0),
+    ("packed_in_process", "packed blocks in the process", _PCFG, 0, 3, NO_FAULTS, None, 0),
+    ("packed_resume", "packed resume at a step boundary", _PCFG, 2, 1, NO_FAULTS, _PACKED_MID, 0),
+    # starts no step boundary holds: every iterator catches up first (D23)
+    ("workers_resume_mid_cycle", "two workers resume from a mid-cycle state: worker 0 catches split 1 up",
+     _CFG, 2, 2, NO_FAULTS, _MID_CYCLE, 0),
+    ("packed_resume_mid_step", "packed, one iterator: splits 2 and 3 catch up before the cycles",
+     _PCFG, 0, 2, NO_FAULTS, _PACKED_PARTIAL, 0),
+    # loaders resumed on their own topology: torch worker 0 plays the role whose batch came next
+    ("two_workers_rotation_1", "torch worker 0 reads role 1's splits, so role 1's batch comes first",
+     _CFG, 2, 2, NO_FAULTS, _MID, 1),
+    ("four_workers_rotation_3_mid_round", "a checkpoint after 3 batches of a 4-worker round: role 3 goes on",
+     _CFG, 4, 1, NO_FAULTS, rows_after(_PERM, NO_FAULTS, (0, 1, 2), 3), 3),
+    ("packed_rotation_1", "packed, two workers, torch worker 0 in role 1",
+     _PCFG, 2, 1, NO_FAULTS, _PACKED_MID, 1),
+)  # fmt: skip
+"""Cases of the only rank of the 4-split job, a row each: faults, resumes, packed, catch-up, rotations."""
 
 
 def _error_cases() -> list[CaseDef]:
     """Shapes and rotations the loader rejects."""
     return [
-        _case(
-            "error_workers_do_not_divide_splits",
-            "splits per rank must divide among workers",
-            _CFG,
-            _PERM,
-            1,
-            0,
-            3,
-            2,
+        _on_one_rank(
+            "error_workers_do_not_divide_splits", "splits per rank must divide among workers", _CFG, 3, 2
         ),
-        _case("error_batch_size_zero", "batch_size is at least 1", _CFG, _PERM, 1, 0, 0, 0),
+        _on_one_rank("error_batch_size_zero", "batch_size is at least 1", _CFG, 0, 0),
         _case("error_rank_out_of_range", "rank < world_size", _CFG, _PERM, 2, 2, 0, 2),
-        _case(
-            "error_rotation_beyond_workers",
-            "a rotation is a role: below num_workers",
-            _CFG,
-            _PERM,
-            1,
-            0,
-            2,
-            2,
-            rotation=2,
+        _on_one_rank(
+            "error_rotation_beyond_workers", "a rotation is a role: below num_workers", _CFG, 2, 2, rotation=2
         ),
-        _case(
-            "error_rotation_without_workers",
-            "without workers the only role is 0",
-            _CFG,
-            _PERM,
-            1,
-            0,
-            0,
-            2,
-            rotation=1,
+        _on_one_rank(
+            "error_rotation_without_workers", "without workers the only role is 0", _CFG, 0, 2, rotation=1
         ),
-        _case("error_negative_rotation", "a rotation is not negative", _CFG, _PERM, 1, 0, 2, 2, rotation=-1),
+        _on_one_rank("error_negative_rotation", "a rotation is not negative", _CFG, 2, 2, rotation=-1),
     ]
 
 

@@ -24,14 +24,17 @@ from ....spec.protocols import Shape
 from ....spec.rows import RowState
 from ....spec.saved import merge_state_dicts, snapshot_saved
 from ....spec.topology import PackingConfig, Permutation, RunConfig, rank_splits
-from ..codec import Corpus, as_list, corpus_map, decode_value, enc_checkpoint, encode_value
+from ..codec import OPAQUE, Corpus, array, corpus_map, enc_checkpoint, record
 from ..plumbing import NO_FAULTS, random_corpus, random_perm, rows_after
 from .base import CaseDef, Codec, JsonObject, SpecError, attempt, error_json, family, inv, make_case
 from .fixtures import (
+    PACKED_CHECKPOINT,
     PACKED_CONFIG,
     PACKED_STATE,
+    ROW_CHECKPOINT,
     ROW_CONFIG,
     ROW_STATE,
+    STRATEGY_CHECKPOINT,
     STRATEGY_CONFIG,
     changed,
     checkpoint_fault_cases,
@@ -51,12 +54,7 @@ class MergeInput:
     checkpoints: tuple[object, ...]
 
 
-def _encode(x: MergeInput) -> JsonObject:
-    return {"checkpoints": [encode_value(c) for c in x.checkpoints]}
-
-
-def _decode(j: JsonObject) -> MergeInput:
-    return MergeInput(tuple(decode_value(c) for c in as_list(j["checkpoints"])))
+_encode, _decode = record(MergeInput, array(OPAQUE))
 
 
 def _run(x: MergeInput) -> JsonObject:
@@ -97,8 +95,7 @@ def _ranks_at_step(
     return ranks, packed_after(tuple(range(s)), steps * s)
 
 
-_ROW = snapshot_row(ROW_CONFIG, ROW_STATE)
-_PACKED = snapshot_packed(PACKED_CONFIG, PACKED_STATE)
+_ROW, _STRATEGY, _PACKED = ROW_CHECKPOINT, STRATEGY_CHECKPOINT, PACKED_CHECKPOINT
 _OTHER = RowState((1, 3, 0, 2), (1, 4, 2, 2))
 
 
@@ -124,8 +121,8 @@ def cases() -> list[CaseDef]:
         *_shape_cases(),
         *_disagreement_cases(),
         *_invalid_config_cases(),
-        *checkpoint_fault_cases(_with_other, _ROW, _PACKED),
-        *provenance_fault_cases(_with_other, _ROW, _PACKED),
+        *checkpoint_fault_cases(_with_other),
+        *provenance_fault_cases(_with_other),
         *_session_cases(),
         *_missing_rank_cases(),
         *_table_cases(),
@@ -192,7 +189,7 @@ def _row_cases() -> list[CaseDef]:
         _case(
             "row_with_fingerprint",
             "the fingerprint is kept",
-            [snapshot_row(STRATEGY_CONFIG, ROW_STATE), snapshot_row(STRATEGY_CONFIG, _OTHER)],
+            [_STRATEGY, snapshot_row(STRATEGY_CONFIG, _OTHER)],
         ),
     ]
 
@@ -262,7 +259,6 @@ def _disagreement_cases() -> list[CaseDef]:
         "packing keys must agree",
         "the fingerprint is compared across all states",
     )
-    strategy = snapshot_row(STRATEGY_CONFIG, ROW_STATE)
     rows = (
         ("error_shuffle_seed_differs", config, _ROW, changed(_ROW, shuffle_seed=1)),
         ("error_num_splits_differs", config, _ROW, changed(_ROW, num_splits=8)),
@@ -271,9 +267,9 @@ def _disagreement_cases() -> list[CaseDef]:
         ("error_eos_id_differs", packing, _PACKED, changed(_PACKED, eos_id=3)),
         ("error_pad_id_differs", packing, _PACKED, changed(_PACKED, pad_id=3)),
         ("error_blocks_per_epoch_differs", packing, _PACKED, changed(_PACKED, blocks_per_epoch=4)),
-        ("error_fingerprint_only_in_second", fingerprint, _ROW, strategy),
-        ("error_fingerprint_only_in_first", fingerprint, strategy, _ROW),
-        ("error_fingerprints_differ", fingerprint, strategy, changed(_ROW, perm_fingerprint="f" * 64)),
+        ("error_fingerprint_only_in_second", fingerprint, _ROW, _STRATEGY),
+        ("error_fingerprint_only_in_first", fingerprint, _STRATEGY, _ROW),
+        ("error_fingerprints_differ", fingerprint, _STRATEGY, changed(_ROW, perm_fingerprint="f" * 64)),
     )  # fmt: skip
     return [_case(name, description, [first, second]) for name, description, first, second in rows]
 
@@ -343,23 +339,27 @@ def _of_session(
     return _case(name, description, wire, check)
 
 
-_SESSIONS: tuple[tuple[str, str, Job, Shape, int | tuple[int, ...], tuple[int, ...]], ...] = (
-    # name, description, job, shape, batches (one for every rank, or per rank), ranks merged (): all
+_EVERY_RANK: tuple[tuple[str, str, Job, Shape, int | tuple[int, ...]], ...] = (
+    # name, description, job, shape, batches (one for every rank, or per rank)
     ("ours_row_lockstep", "2 ranks of 2 workers, 3 batches each: the cursor of every rank is kept",
-     ROW_JOB, Shape(2, 2, 1), 3, ()),
+     ROW_JOB, Shape(2, 2, 1), 3),
     ("ours_row_out_of_lockstep",
      "rank 0 took 4 batches, rank 1 one: rank 1's own value wins over rank 0's inference",
-     ROW_JOB, Shape(2, 0, 2), (4, 1), ()),
+     ROW_JOB, Shape(2, 0, 2), (4, 1)),
     ("ours_row_skipping_transforms", "splits one rank could not know are reported by their owner",
-     SKIP_JOB, Shape(2, 0, 2), 2, ()),
+     SKIP_JOB, Shape(2, 0, 2), 2),
     ("ours_row_four_ranks", "4 ranks of one split each, out of lockstep",
-     ROW_JOB, Shape(4, 0, 1), (1, 3, 0, 2), ()),
+     ROW_JOB, Shape(4, 0, 1), (1, 3, 0, 2)),
     ("ours_packed_lockstep", "packed, 2 ranks of 2 workers: the owners' buffers, no projection left",
-     PACKED_JOB, Shape(2, 2, 1), 3, ()),
+     PACKED_JOB, Shape(2, 2, 1), 3),
     ("ours_packed_out_of_lockstep",
      "packed, rank 0 took 5 batches, rank 1 two: rank 1's value wins over rank 0's projection",
-     PACKED_JOB, Shape(2, 0, 1), (5, 2), ()),
-    # a merge that leaves out a rank: a split no checkpoint reports
+     PACKED_JOB, Shape(2, 0, 1), (5, 2)),
+)  # fmt: skip
+"""The merges of every rank's checkpoint of a session, a row each."""
+
+_SOME_RANKS: tuple[tuple[str, str, Job, Shape, int | tuple[int, ...], tuple[int, ...]], ...] = (
+    # name, description, job, shape, batches, the ranks whose checkpoints are merged
     ("error_ours_one_of_two_ranks", "one rank's checkpoint alone is loaded directly, never merged",
      ROW_JOB, Shape(2, 2, 1), 3, (0,)),
     ("error_ours_three_of_four_ranks", "rank 2 is left out",
@@ -369,7 +369,7 @@ _SESSIONS: tuple[tuple[str, str, Job, Shape, int | tuple[int, ...], tuple[int, .
     ("ours_same_rank_twice", "a rank's checkpoint twice with the other's: nothing is missing",
      ROW_JOB, Shape(2, 0, 1), (2, 3), (0, 1, 0)),
 )  # fmt: skip
-"""The merges of a session's checkpoints, a row each: every rank's, then merges that leave out a rank."""
+"""The merges that leave out a rank, a row each (and one that names a rank twice)."""
 
 
 def _session_cases() -> list[CaseDef]:
@@ -377,7 +377,7 @@ def _session_cases() -> list[CaseDef]:
     alone = session(PACKED_JOB, Shape(1, 0, 4), 2)[0].checkpoint.state
     assert isinstance(alone, PackedState)
     return [
-        *(_of_session(*row) for row in _SESSIONS[:6]),
+        *(_of_session(*row) for row in _EVERY_RANK),
         _case(
             "ours_through_json_and_legacy",
             "our checkpoint after a JSON round trip merged with one written without our key",
@@ -391,7 +391,7 @@ def _session_cases() -> list[CaseDef]:
 
 def _missing_rank_cases() -> list[CaseDef]:
     """A merge that leaves out a rank: a split no checkpoint reports."""
-    return [_of_session(*row) for row in _SESSIONS[6:]]
+    return [_of_session(*row) for row in _SOME_RANKS]
 
 
 def _table_cases() -> list[CaseDef]:

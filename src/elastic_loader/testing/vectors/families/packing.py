@@ -19,21 +19,18 @@ from ....spec.packing import PackedRun, PackedState, initial_packed_state, itera
 from ....spec.rows import Exhausted, Faults
 from ....spec.topology import PackingConfig, Permutation
 from ..codec import (
+    CORPUS,
+    FAULTS,
+    INTS,
+    PACKED_STATE,
+    PACKING,
+    PERMUTATION,
     Corpus,
-    as_ints,
     corpus_map,
-    dec_corpus,
-    dec_faults,
-    dec_packed_state,
-    dec_packing,
-    dec_permutation,
     enc_block,
-    enc_corpus,
     enc_end,
-    enc_faults,
     enc_packed_state,
-    enc_packing,
-    enc_permutation,
+    record,
 )
 from ..plumbing import NO_FAULTS, faults_of, random_corpus, random_faults, random_perm, seq_perm
 from .base import CaseDef, Codec, JsonObject, SpecError, attempt, error_json, family, inv, make_case
@@ -51,26 +48,7 @@ class PackingInput:
     start: PackedState
 
 
-def _encode(x: PackingInput) -> JsonObject:
-    return {
-        "permutation": enc_permutation(x.permutation),
-        "corpus": enc_corpus(x.corpus),
-        "faults": enc_faults(x.faults),
-        "owned": list(x.owned),
-        "config": enc_packing(x.config),
-        "start": enc_packed_state(x.start),
-    }
-
-
-def _decode(j: JsonObject) -> PackingInput:
-    return PackingInput(
-        dec_permutation(j["permutation"]),
-        dec_corpus(j["corpus"]),
-        dec_faults(j["faults"]),
-        as_ints(j["owned"]),
-        dec_packing(j["config"]),
-        dec_packed_state(j["start"]),
-    )
+_encode, _decode = record(PackingInput, PERMUTATION, CORPUS, FAULTS, INTS, PACKING, PACKED_STATE)
 
 
 def check_packed_run(

@@ -24,25 +24,25 @@ from ....spec.rows import Faults
 from ....spec.saved import Saved, snapshot_saved
 from ....spec.topology import Permutation, RunConfig
 from ..codec import (
+    BOOL,
+    CONFIG,
+    CORPUS,
+    FAULTS,
+    INT,
+    INTS,
+    PERMUTATION,
     Corpus,
     Json,
     VectorFormatError,
-    as_int,
-    as_ints,
-    as_list,
-    as_object,
+    array,
     as_str,
     corpus_map,
-    dec_config,
-    dec_corpus,
-    dec_faults,
-    dec_permutation,
     enc_checkpoint,
-    enc_config,
-    enc_corpus,
-    enc_faults,
     enc_item,
-    enc_permutation,
+    nested,
+    optional,
+    plain,
+    record,
 )
 from ..plumbing import faults_of
 from .base import CaseDef, Codec, JsonObject, SpecError, attempt, error_json, family, inv, make_case
@@ -79,58 +79,15 @@ class ProtocolsInput:
         return len(self.permutation[0])
 
 
-def _enc_step(step: Step) -> Json:
-    return {
-        "world_size": step.world_size,
-        "num_workers": step.num_workers,
-        "batch_size": step.batch_size,
-        "batches": list(step.batches),
-        "protocol": None if step.protocol is None else step.protocol.value,
-        "saver": step.saver,
-    }
-
-
-def _dec_step(value: Json) -> Step:
-    obj = as_object(value)
-    protocol = obj["protocol"]
+def _dec_protocol(value: Json) -> Protocol:
     try:
-        chosen = None if protocol is None else Protocol(as_str(protocol))
+        return Protocol(as_str(value))
     except ValueError as error:
-        raise VectorFormatError(f"unknown protocol {protocol!r}") from error
-    return Step(
-        as_int(obj["world_size"]),
-        as_int(obj["num_workers"]),
-        as_int(obj["batch_size"]),
-        as_ints(obj["batches"]),
-        chosen,
-        as_int(obj["saver"]),
-    )
+        raise VectorFormatError(f"unknown protocol {value!r}") from error
 
 
-def _encode(x: ProtocolsInput) -> JsonObject:
-    return {
-        "config": enc_config(x.config),
-        "permutation": enc_permutation(x.permutation),
-        "faults": enc_faults(x.faults),
-        "corpus": None if x.corpus is None else enc_corpus(x.corpus),
-        "skipping": x.skipping,
-        "sessions": [_enc_step(s) for s in x.sessions],
-    }
-
-
-def _decode(j: JsonObject) -> ProtocolsInput:
-    corpus = j["corpus"]
-    skipping = j["skipping"]
-    if not isinstance(skipping, bool):
-        raise VectorFormatError(f"skipping is {skipping!r}")
-    return ProtocolsInput(
-        dec_config(j["config"]),
-        dec_permutation(j["permutation"]),
-        dec_faults(j["faults"]),
-        None if corpus is None else dec_corpus(corpus),
-        skipping,
-        tuple(_dec_step(s) for s in as_list(j["sessions"])),
-    )
+_STEP = nested(Step, INT, INT, INT, INTS, optional(plain(lambda p: p.value, _dec_protocol)), INT)
+_encode, _decode = record(ProtocolsInput, CONFIG, PERMUTATION, FAULTS, optional(CORPUS), BOOL, array(_STEP))
 
 
 @dataclass(frozen=True)
@@ -271,88 +228,41 @@ ONE, ALL, OWN = Protocol.ONE_RANK, Protocol.MERGE_ALL, Protocol.OWN
 
 def cases() -> list[CaseDef]:
     """Chains of sessions joined by save protocols: every rank's batches and checkpoint, per session."""
-    return [*_row_chains(), *_packed_chains(), *_refused_chains()]
+    return [_case(*row) for row in _CHAINS]
 
 
-def _row_chains() -> list[CaseDef]:
-    return [
-        _case(
-            "one_rank_2_2_2",
-            "rank 0's checkpoint resumes 2 ranks of 2 workers twice, mid-round; the last session finishes",
-            ROW_JOB,
-            [((2, 2, 1), 3, None, 0), ((2, 2, 1), 3, ONE, 0), ((2, 2, 1), END, ONE, 1)],
-        ),
-        _case(
-            "one_rank_2_4_1",
-            "2 ranks, then 4 from rank 1's checkpoint, then 1 from rank 3's, to the end",
-            ROW_JOB,
-            [((2, 0, 2), 2, None, 0), ((4, 0, 1), 2, ONE, 1), ((1, 2, 2), END, ONE, 3)],
-        ),
-        _case(
-            "merge_all_out_of_lockstep",
-            "ranks took 4 and 1 batches; the merge of both resumes 1 rank exactly",
-            ROW_JOB,
-            [((2, 0, 2), (4, 1), None, 0), ((1, 0, 3), END, ALL, 0)],
-        ),
-        _case(
-            "own_reload_same_topology",
-            "each rank reloads its own checkpoint: the loaders go on at the cursor",
-            ROW_JOB,
-            [((2, 2, 1), 3, None, 0), ((2, 2, 1), END, OWN, 0)],
-        ),
-        _case(
-            "skipping_merge_all",
-            "skipping transforms: one rank's checkpoint would not do, the merge does",
-            SKIP_JOB,
-            [((2, 0, 2), 2, None, 0), ((4, 0, 1), 1, ALL, 0), ((1, 0, 4), END, ALL, 0)],
-        ),
-        _case(
-            "raising_row_ends_the_chain",
-            "a raising row stops rank 1's loader; lockstep stops every rank there",
-            Job(ROW_JOB.config, ROW_JOB.perm, faults_of(raising=[ROW_JOB.perm[3][2]])),
-            [((2, 0, 1), END, None, 0), ((1, 0, 2), END, ONE, 0)],
-        ),
-    ]
+_RAISING_JOB = Job(ROW_JOB.config, ROW_JOB.perm, faults_of(raising=[ROW_JOB.perm[3][2]]))
 
-
-def _packed_chains() -> list[CaseDef]:
-    return [
-        _case(
-            "packed_one_rank_2_4_1",
-            "packed: projections replayed by their new owners at every step",
-            PACKED_JOB,
-            [((2, 2, 1), 3, None, 0), ((4, 0, 1), 2, ONE, 1), ((1, 2, 2), END, ONE, 2)],
-        ),
-        _case(
-            "packed_merge_all_mid_step",
-            "packed, ranks out of lockstep, merged, resumed on 2 ranks of 2 workers",
-            PACKED_JOB,
-            [((2, 0, 1), (5, 2), None, 0), ((2, 2, 1), END, ALL, 0)],
-        ),
-        _case(
-            "packed_own_reload",
-            "packed, each rank reloads its own checkpoint",
-            PACKED_JOB,
-            [((2, 2, 2), 1, None, 0), ((2, 2, 2), END, OWN, 0)],
-        ),
-    ]
-
-
-def _refused_chains() -> list[CaseDef]:
-    return [
-        _case(
-            "refused_unknown_progress",
-            "skipping transforms: rank 1 refuses rank 0's checkpoint (progress_unknown)",
-            SKIP_JOB,
-            [((2, 0, 2), 2, None, 0), ((2, 0, 2), END, ONE, 0)],
-        ),
-        _case(
-            "refused_own_on_another_world_size",
-            "per-rank files cannot resume another world size",
-            ROW_JOB,
-            [((2, 0, 1), 1, None, 0), ((4, 0, 1), END, OWN, 0)],
-        ),
-    ]
+_CHAINS: tuple[tuple[str, str, Job, list[Plan]], ...] = (
+    # name, description, job, plan (a session each)
+    # row mode
+    ("one_rank_2_2_2",
+     "rank 0's checkpoint resumes 2 ranks of 2 workers twice, mid-round; the last session finishes",
+     ROW_JOB, [((2, 2, 1), 3, None, 0), ((2, 2, 1), 3, ONE, 0), ((2, 2, 1), END, ONE, 1)]),
+    ("one_rank_2_4_1", "2 ranks, then 4 from rank 1's checkpoint, then 1 from rank 3's, to the end",
+     ROW_JOB, [((2, 0, 2), 2, None, 0), ((4, 0, 1), 2, ONE, 1), ((1, 2, 2), END, ONE, 3)]),
+    ("merge_all_out_of_lockstep", "ranks took 4 and 1 batches; the merge of both resumes 1 rank exactly",
+     ROW_JOB, [((2, 0, 2), (4, 1), None, 0), ((1, 0, 3), END, ALL, 0)]),
+    ("own_reload_same_topology", "each rank reloads its own checkpoint: the loaders go on at the cursor",
+     ROW_JOB, [((2, 2, 1), 3, None, 0), ((2, 2, 1), END, OWN, 0)]),
+    ("skipping_merge_all", "skipping transforms: one rank's checkpoint would not do, the merge does",
+     SKIP_JOB, [((2, 0, 2), 2, None, 0), ((4, 0, 1), 1, ALL, 0), ((1, 0, 4), END, ALL, 0)]),
+    ("raising_row_ends_the_chain", "a raising row stops rank 1's loader; lockstep stops every rank there",
+     _RAISING_JOB, [((2, 0, 1), END, None, 0), ((1, 0, 2), END, ONE, 0)]),
+    # packed mode
+    ("packed_one_rank_2_4_1", "packed: projections replayed by their new owners at every step",
+     PACKED_JOB, [((2, 2, 1), 3, None, 0), ((4, 0, 1), 2, ONE, 1), ((1, 2, 2), END, ONE, 2)]),
+    ("packed_merge_all_mid_step", "packed, ranks out of lockstep, merged, resumed on 2 ranks of 2 workers",
+     PACKED_JOB, [((2, 0, 1), (5, 2), None, 0), ((2, 2, 1), END, ALL, 0)]),
+    ("packed_own_reload", "packed, each rank reloads its own checkpoint",
+     PACKED_JOB, [((2, 2, 2), 1, None, 0), ((2, 2, 2), END, OWN, 0)]),
+    # chains a rank refuses
+    ("refused_unknown_progress", "skipping transforms: rank 1 refuses rank 0's checkpoint (progress_unknown)",
+     SKIP_JOB, [((2, 0, 2), 2, None, 0), ((2, 0, 2), END, ONE, 0)]),
+    ("refused_own_on_another_world_size", "per-rank files cannot resume another world size",
+     ROW_JOB, [((2, 0, 1), 1, None, 0), ((4, 0, 1), END, OWN, 0)]),
+)  # fmt: skip
+"""The chains, a row each: row mode, packed mode, then chains a rank refuses."""
 
 
 FAMILY = family("protocols", cases, CODEC)

@@ -24,21 +24,23 @@ from ....spec.loader import run_loader
 from ....spec.packing import PackedState, iterate_packed
 from ....spec.protocols import Protocol, Shape
 from ....spec.rows import RowState, iterate_rows
-from ....spec.saved import Saved, load_saved, resolve, snapshot_saved
+from ....spec.saved import Saved, resolve, snapshot_saved
 from ....spec.topology import RunConfig, Topology, owned_splits, rank_splits
 from ..codec import (
+    BOOL,
+    CONFIG,
+    INT,
+    INTS,
+    SAVED,
+    STATE,
     Json,
-    VectorFormatError,
+    array,
     as_int,
-    as_ints,
-    as_list,
     as_object,
-    dec_config,
-    dec_config_state,
-    decode_value,
     enc_checkpoint,
-    enc_config,
-    enc_state,
+    optional,
+    plain,
+    record,
 )
 from .base import CaseDef, Codec, JsonObject, SpecError, attempt, error_json, family, inv, make_case
 from .sessions import PACKED_JOB, ROW_JOB, SKIP_JOB, Job, resumed, session, touched
@@ -66,46 +68,16 @@ class RankCheckpointInput:
 _PASS_FIELDS = ("num_workers", "batch_size", "batches", "rotation", "next_role")
 
 
-def _encode(x: RankCheckpointInput) -> JsonObject:
-    return {
-        "config": enc_config(x.config),
-        "split_len": x.split_len,
-        "start": enc_checkpoint(snapshot_saved(x.start))["checkpoint"],
-        "committed": enc_state(x.committed),
-        "touched": list(x.touched),
-        "passes": [dict(zip(_PASS_FIELDS, p)) for p in x.passes],
-        "world_size": x.world_size,
-        "rank": x.rank,
-        "skipping": x.skipping,
-        "partial": None if x.partial is None else list(x.partial),
-    }
-
-
 def _dec_pass(value: Json) -> RawPass:
     obj = as_object(value)
     workers, batch_size, batches, rotation, next_role = (as_int(obj[f]) for f in _PASS_FIELDS)
     return workers, batch_size, batches, rotation, next_role
 
 
-def _decode(j: JsonObject) -> RankCheckpointInput:
-    config = dec_config(j["config"])
-    split_len = as_int(j["split_len"])
-    skipping = j["skipping"]
-    if not isinstance(skipping, bool):
-        raise VectorFormatError(f"skipping is {skipping!r}")
-    passes = tuple(_dec_pass(p) for p in as_list(j["passes"]))
-    return RankCheckpointInput(
-        config,
-        split_len,
-        load_saved(config, decode_value(j["start"]), split_len),
-        dec_config_state(config, j["committed"]),
-        as_ints(j["touched"]),
-        passes,
-        as_int(j["world_size"]),
-        as_int(j["rank"]),
-        skipping,
-        None if j["partial"] is None else as_ints(j["partial"]),
-    )
+_PASS = plain(lambda p: dict(zip(_PASS_FIELDS, p)), _dec_pass)
+_encode, _decode = record(
+    RankCheckpointInput, CONFIG, INT, SAVED, STATE, INTS, array(_PASS), INT, INT, BOOL, optional(INTS)
+)
 
 
 def _saved(x: RankCheckpointInput) -> Saved:
@@ -305,40 +277,20 @@ def _multi_pass(
 
 def _pass_cases() -> list[CaseDef]:
     """Several loaders in one session: the inference replays every pass."""
-    return [
-        _multi_pass(
-            "row_two_passes_same_workers",
-            "3 batches of a 2-worker loader, then 2 of a new one that goes on at the next role",
-            ROW_JOB,
-            2,
-            0,
-            ((2, 1, 3), (2, 1, 2)),
-        ),
-        _multi_pass(
-            "row_workers_then_in_process",
-            "a 2-worker loader, then plain iteration: the cursor is gone",
-            ROW_JOB,
-            2,
-            1,
-            ((2, 1, 3), (0, 1, 2)),
-        ),
-        _multi_pass(
-            "packed_two_passes",
-            "packed: plain iteration, then a 2-worker loader that starts mid-cycle",
-            PACKED_JOB,
-            2,
-            1,
-            ((0, 1, 3), (2, 1, 3)),
-        ),
-        _multi_pass(
-            "row_empty_pass_changes_nothing",
-            "a loader the trainer took nothing from leaves the cursor of the one before",
-            ROW_JOB,
-            2,
-            0,
-            ((2, 1, 1), (2, 1, 0)),
-        ),
-    ]
+    rows = (
+        # name, description, job, world_size, rank, passes ((num_workers, batch_size, batches) each)
+        ("row_two_passes_same_workers",
+         "3 batches of a 2-worker loader, then 2 of a new one that goes on at the next role",
+         ROW_JOB, 2, 0, ((2, 1, 3), (2, 1, 2))),
+        ("row_workers_then_in_process", "a 2-worker loader, then plain iteration: the cursor is gone",
+         ROW_JOB, 2, 1, ((2, 1, 3), (0, 1, 2))),
+        ("packed_two_passes", "packed: plain iteration, then a 2-worker loader that starts mid-cycle",
+         PACKED_JOB, 2, 1, ((0, 1, 3), (2, 1, 3))),
+        ("row_empty_pass_changes_nothing",
+         "a loader the trainer took nothing from leaves the cursor of the one before",
+         ROW_JOB, 2, 0, ((2, 1, 1), (2, 1, 0))),
+    )  # fmt: skip
+    return [_multi_pass(*row) for row in rows]
 
 
 def _partial_cases() -> list[CaseDef]:

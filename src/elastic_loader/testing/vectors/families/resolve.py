@@ -18,24 +18,21 @@ from dataclasses import dataclass
 from ....spec.packing import PackedState, iterate_packed
 from ....spec.protocols import RankResult, Shape
 from ....spec.rows import Faults, RowState
-from ....spec.saved import Saved, load_saved, resolve, snapshot_saved
+from ....spec.saved import Saved, resolve
 from ....spec.topology import Permutation, RunConfig, rank_splits
 from ..codec import (
+    CONFIG,
+    CORPUS,
+    FAULTS,
+    INT,
+    INTS,
+    PERMUTATION,
+    SAVED,
     Corpus,
-    as_int,
-    as_ints,
     corpus_map,
-    dec_config,
-    dec_corpus,
-    dec_faults,
-    dec_permutation,
-    decode_value,
-    enc_checkpoint,
-    enc_config,
-    enc_corpus,
-    enc_faults,
-    enc_permutation,
     enc_state,
+    optional,
+    record,
 )
 from ..plumbing import faults_of
 from .base import CaseDef, Codec, JsonObject, SpecError, attempt, error_json, family, make_case
@@ -55,31 +52,7 @@ class ResolveInput:
     splits: tuple[int, ...]
 
 
-def _encode(x: ResolveInput) -> JsonObject:
-    return {
-        "config": enc_config(x.config),
-        "split_len": x.split_len,
-        "checkpoint": enc_checkpoint(snapshot_saved(x.checkpoint))["checkpoint"],
-        "permutation": enc_permutation(x.permutation),
-        "faults": enc_faults(x.faults),
-        "corpus": None if x.corpus is None else enc_corpus(x.corpus),
-        "splits": list(x.splits),
-    }
-
-
-def _decode(j: JsonObject) -> ResolveInput:
-    config = dec_config(j["config"])
-    split_len = as_int(j["split_len"])
-    corpus = j["corpus"]
-    return ResolveInput(
-        config,
-        split_len,
-        load_saved(config, decode_value(j["checkpoint"]), split_len),
-        dec_permutation(j["permutation"]),
-        dec_faults(j["faults"]),
-        None if corpus is None else dec_corpus(corpus),
-        as_ints(j["splits"]),
-    )
+_encode, _decode = record(ResolveInput, CONFIG, INT, SAVED, PERMUTATION, FAULTS, optional(CORPUS), INTS)
 
 
 def _run(x: ResolveInput) -> JsonObject:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ....spec.topology import Topology, owned_splits, worker_blocks
-from ..codec import as_int
+from ..codec import INT, record
 from .base import CaseDef, Codec, JsonObject, SpecError, attempt, error_json, family, inv, make_case
 
 
@@ -26,12 +26,7 @@ class TopologyInput:
     num_workers: int
 
 
-def _encode(x: TopologyInput) -> JsonObject:
-    return {"num_splits": x.num_splits, "world_size": x.world_size, "num_workers": x.num_workers}
-
-
-def _decode(j: JsonObject) -> TopologyInput:
-    return TopologyInput(as_int(j["num_splits"]), as_int(j["world_size"]), as_int(j["num_workers"]))
+_encode, _decode = record(TopologyInput, INT, INT, INT)
 
 
 def _run(x: TopologyInput) -> JsonObject:

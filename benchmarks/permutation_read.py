@@ -3,7 +3,7 @@
 Usage::
 
     .venv/bin/python benchmarks/permutation_read.py [--rows 2000000] [--repeats 3] [--docs 200000]
-        [--kinds builder,computed,local,...] [--items rows,ids,columnar,packing] [--save]
+        [--kinds builder,computed,local,...] [--items rows,ids,columnar,packing] [--name NAME] [--save]
 
 Builds once (under ``benchmarks/.data``) a Lance table of ``--rows`` rows: ``id`` int64 and
 ``payload`` (64 random bytes), in fragments of 1M rows. Each round iterates one whole epoch of
@@ -26,8 +26,9 @@ the ceiling. Items:
 
 Kinds and items are interleaved (every item, then every kind, ``--repeats`` times) and the
 median and range are reported, with the ratio of medians to the builder's (the scan's columnar
-figure is also the reference of the ``vs_scan`` ratios). Wall time on a shared machine: compare
-the ratios.
+figure is also the reference of the ``vs_scan`` ratios). Results go to ``benchmarks/NAME.json``
+(``--save``; default name ``permutation_read``) or ``NAME.local.json``. Wall time on a shared
+machine: compare the ratios.
 """
 
 from __future__ import annotations
@@ -222,6 +223,7 @@ def main() -> None:
     parser.add_argument("--docs", type=int, default=200_000)
     parser.add_argument("--kinds", default=",".join(KINDS))
     parser.add_argument("--items", default=",".join(ITEMS))
+    parser.add_argument("--name", default="permutation_read", help="results file name (without .json)")
     parser.add_argument("--save", action="store_true")
     args = parser.parse_args()
     import meta
@@ -264,7 +266,7 @@ def main() -> None:
         "quality_definitions": quality.DEFINITIONS,
         "raw": rates,
     }
-    path = meta.results_path("permutation_read", args.save)
+    path = meta.results_path(args.name, args.save)
     meta.write(path, results)
     print(json.dumps({"results": summary, "quality": results["quality"]}, indent=2))
     print(f"wrote {path}")

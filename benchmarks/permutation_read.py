@@ -28,7 +28,8 @@ Kinds and items are interleaved (every item, then every kind, ``--repeats`` time
 median and range are reported, with the ratio of medians to the builder's (the scan's columnar
 figure is also the reference of the ``vs_scan`` ratios). Results go to ``benchmarks/NAME.json``
 (``--save``; default name ``permutation_read``) or ``NAME.local.json``. Wall time on a shared
-machine: compare the ratios.
+machine: compare the ratios. The results file is rewritten after every round
+(``rounds_done``), so an interrupted run keeps the rounds it finished.
 """
 
 from __future__ import annotations
@@ -238,6 +239,8 @@ def main() -> None:
         docs = int(tokens.count_rows())
     rates: dict[str, list[float]] = {}
     qualities: dict[str, dict[str, float]] = {}
+    pack_quality = {k: order_quality(k, docs) for k in PACK_KINDS if k != "scan"} if packing else {}
+    path = meta.results_path(args.name, args.save)
     for round_ in range(args.repeats):
         for item in items:
             for kind in PACK_KINDS if item == "packing" else kinds:
@@ -249,27 +252,23 @@ def main() -> None:
                         qualities[kind] = quality.summary(got, args.rows)
                 rates.setdefault(f"{kind}/{item}", []).append(rate)
                 print(f"round {round_} {kind}/{item}: {rate:,.0f}/s", flush=True)
-    summary: dict[str, Any] = {}
-    for item in items:
-        summary.update(summarise(rates, list(PACK_KINDS) if item == "packing" else kinds, item))
-    pack_quality = {}
-    if "packing" in items:
-        pack_quality = {k: order_quality(k, docs) for k in PACK_KINDS if k != "scan"}
-    results = {
-        "environment": meta.environment(),
-        "command": " ".join(["benchmarks/permutation_read.py", *sys.argv[1:]]),
-        "rows": args.rows,
-        "docs": args.docs,
-        "repeats": args.repeats,
-        "results": summary,
-        "quality": {"rows (delivered ids)": qualities, "packing (document read order)": pack_quality},
-        "quality_definitions": quality.DEFINITIONS,
-        "raw": rates,
-    }
-    path = meta.results_path(args.name, args.save)
-    meta.write(path, results)
+        summary: dict[str, Any] = {}
+        for item in items:
+            summary.update(summarise(rates, list(PACK_KINDS) if item == "packing" else kinds, item))
+        results = {
+            "environment": meta.environment(),
+            "command": " ".join(["benchmarks/permutation_read.py", *sys.argv[1:]]),
+            "rows": args.rows,
+            "docs": args.docs,
+            "repeats": args.repeats,
+            "rounds_done": round_ + 1,
+            "results": summary,
+            "quality": {"rows (delivered ids)": qualities, "packing (document read order)": pack_quality},
+            "quality_definitions": quality.DEFINITIONS,
+            "raw": rates,
+        }
+        meta.write(path, results)  # after every round: an interrupted run keeps its finished rounds
     print(json.dumps({"results": summary, "quality": results["quality"]}, indent=2))
-    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

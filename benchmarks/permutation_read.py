@@ -1,18 +1,35 @@
-"""Rows per second of a full StreamingDataset pass with each permutation kind, on one table.
+"""Rows per second of a full StreamingDataset pass with each permutation kind, with its shuffle quality.
 
 Usage::
 
-    .venv/bin/python benchmarks/permutation_read.py [--rows 2000000] [--repeats 3] [--save]
+    .venv/bin/python benchmarks/permutation_read.py [--rows 2000000] [--repeats 3] [--docs 200000]
+        [--kinds builder,computed,local,...] [--items rows,ids,columnar,packing] [--name NAME] [--save]
 
 Builds once (under ``benchmarks/.data``) a Lance table of ``--rows`` rows: ``id`` int64 and
 ``payload`` (64 random bytes), in fragments of 1M rows. Each round iterates one whole epoch of
-``StreamingDataset(table, num_splits=8, columns=..., permutation=P)`` in this process, for P in
-``builder`` (the default), ``computed``, ``local`` (``C = 64``, ``W = 256``) and
-``LocalShuffle(clump=256, window=1024)``, and a sequential scan (``to_batches`` of the same
-columns, ``to_pylist``) as the ceiling; kinds are interleaved ``--repeats`` times and the median
-is reported, with the ratio to the builder. Two item kinds: the default ``to_pylist`` rows
-(dicts) and ``transform=ids`` (the ``id`` column as a Python list, so the Python object per row
-costs less). Wall time on a shared machine: compare the ratios.
+``StreamingDataset(table, num_splits=8, columns=..., permutation=P)`` in this process, for every
+kind P of ``KINDS``: ``builder`` (the default, the baseline of every ratio), ``computed``,
+``local`` (``LocalShuffle()``: ``C = 64``, ``W = 256``) and ``local_C_W``
+(``LocalShuffle(clump=C, window=W)``), and ``scan``, a sequential scan of the same columns, as
+the ceiling. Items:
+
+* ``rows``: the default ``to_pylist`` rows (dicts), counted;
+* ``ids``: ``transform=ids`` (the ``id`` column as a Python list), collected; the shuffle-quality
+  columns (``quality.py``) come from these ids of the first round;
+* ``columnar``: ``StreamingDataLoader(ds, batch_size=1024, batch_format="arrow")`` (one
+  ``RecordBatch`` per step, no Python object per row), rows counted; the scan's ``columnar`` is
+  the Arrow scan (``to_batches``), the issue's reference for columnar batches;
+* ``packing``: ``pack_sequences=2048`` over a table of ``--docs`` documents of 128-2048 tokens
+  (the peers' token table), tokens/s; the quality columns are those of the documents' read
+  order (every split's positions round robin, from the permutation itself: packing delivers no
+  document ids); ``builder`` is the global shuffle (quality of a random order of the documents).
+
+Kinds and items are interleaved (every item, then every kind, ``--repeats`` times) and the
+median and range are reported, with the ratio of medians to the builder's (the scan's columnar
+figure is also the reference of the ``vs_scan`` ratios). Results go to ``benchmarks/NAME.json``
+(``--save``; default name ``permutation_read``) or ``NAME.local.json``. Wall time on a shared
+machine: compare the ratios. The results file is rewritten after every round
+(``rounds_done``), so an interrupted run keeps the rounds it finished.
 """
 
 from __future__ import annotations
@@ -23,13 +40,20 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 DATA = Path(os.environ.get("ELASTIC_LOADER_BENCH_DATA", HERE / ".data"))
 SPLITS = 8
+BATCH = 1024
+KINDS = ("builder", "computed", "local", "local_32_256", "local_32_1024", "local_256_1024", "scan")
+ITEMS = ("rows", "ids", "columnar", "packing")
+PACK_KINDS = ("builder", "local_4_64", "local_8_64", "local_32_256", "local", "scan")
 
 
 def ids(batch: Any) -> list[int]:
@@ -41,7 +65,6 @@ def ids(batch: Any) -> list[int]:
 def build(rows: int) -> Any:
     import lance
     import lancedb
-    import numpy as np
     import pyarrow as pa
 
     where = DATA / f"permread_{rows}"
@@ -62,22 +85,134 @@ def build(rows: int) -> Any:
     return lancedb.connect(str(where)).open_table("t")
 
 
-def run(table: Any, kind: str, transform: Any) -> float:
-    from elastic_loader import LocalShuffle, StreamingDataset
+def permutation(kind: str) -> Any:
+    """The ``permutation=`` argument of a kind name (``local_C_W``: ``LocalShuffle(clump=C, window=W)``)."""
+    from elastic_loader import LocalShuffle
+
+    if kind.startswith("local_"):
+        clump, window = (int(v) for v in kind.split("_")[1:])
+        return LocalShuffle(clump=clump, window=window)
+    return kind
+
+
+def _scan(table: Any, item: str) -> tuple[int, list[int] | None]:
+    columns = ["id"] if item == "ids" else ["id", "payload"]
+    n, got = 0, []
+    for batch in table.to_lance().to_batches(columns=columns):
+        if item == "rows":
+            n += len(batch.to_pylist())
+        elif item == "ids":
+            got.extend(ids(batch))
+        else:
+            n += batch.num_rows
+    return (len(got), got) if item == "ids" else (n, None)
+
+
+def run(table: Any, kind: str, item: str) -> tuple[float, list[int] | None]:
+    """Rows per second of one pass, and the delivered ids (``ids`` item only)."""
+    from elastic_loader import StreamingDataLoader, StreamingDataset
 
     t0 = time.perf_counter()
     if kind == "scan":
-        n = 0
-        for batch in table.to_lance().to_batches(columns=["id", "payload"] if transform is None else ["id"]):
-            n += len(batch.to_pylist() if transform is None else transform(batch))
-        return n / (time.perf_counter() - t0)
-    permutation: Any = {"local_256_1024": LocalShuffle(clump=256, window=1024)}.get(kind, kind)
-    columns = ["id", "payload"] if transform is None else ["id"]
+        n, got = _scan(table, item)
+        return n / (time.perf_counter() - t0), got
+    columns = ["id"] if item == "ids" else ["id", "payload"]
     ds = StreamingDataset(
-        table, num_splits=SPLITS, permutation=permutation, columns=columns, transform=transform
+        table,
+        num_splits=SPLITS,
+        permutation=permutation(kind),
+        columns=columns,
+        transform=ids if item == "ids" else None,
     )
+    if item == "columnar":
+        loader = StreamingDataLoader(ds, batch_size=BATCH, batch_format="arrow")
+        n = sum(batch.num_rows for batch in loader)
+        return n / (time.perf_counter() - t0), None
+    if item == "ids":
+        got = list(ds)
+        return len(got) / (time.perf_counter() - t0), got
     n = sum(1 for _ in ds)
+    return n / (time.perf_counter() - t0), None
+
+
+def _packing_runs(docs: int) -> tuple[dict[str, Callable[[], int]], Any]:
+    import peer_workloads as pw
+    import workloads as w
+    from elastic_loader import StreamingDataset
+
+    spec = pw.token_spec(docs)
+    table = w.token_table(spec)
+    budget = w.blocks_per_epoch(table, spec, SPLITS)
+
+    def packed(kind: str) -> Callable[[], int]:
+        def go() -> int:
+            ds = StreamingDataset(
+                table,
+                num_splits=SPLITS,
+                shuffle_seed=0,
+                columns=["tokens"],
+                pack_sequences=spec.pack,
+                eos_id=pw.EOS,
+                pad_id=pw.PAD,
+                blocks_per_epoch=budget,
+                permutation=permutation(kind),
+            )
+            return sum(int(block["input_ids"].numel()) for block in ds)
+
+        return go
+
+    runs = {kind: packed(kind) for kind in PACK_KINDS if kind != "scan"}
+    runs["scan"] = pw.scan_tokens(table)
+    return runs, table
+
+
+def order_quality(kind: str, num_rows: int) -> dict[str, float]:
+    """The quality of a permutation's read order (every split round robin), from the order itself."""
+    import quality
+    from elastic_loader._pipeline._computed import ComputedPermutation
+    from elastic_loader._pipeline._local import LocalPermutation
+
+    perm: Any
+    if kind == "builder":  # LanceDB's global shuffle: a seeded random order stands for it
+        order = np.random.default_rng(0).permutation(num_rows)
+        return quality.summary(order, num_rows)
+    if kind == "computed":
+        perm = ComputedPermutation(num_rows, SPLITS, 0, 0)
+    else:
+        from elastic_loader import LocalShuffle
+
+        shape = LocalShuffle() if kind == "local" else permutation(kind)
+        perm = LocalPermutation(num_rows, SPLITS, 0, 0, shape.clump, shape.window)
+    splits = np.stack([perm.positions(s, 0, perm.split_len) for s in range(SPLITS)])
+    return quality.summary(splits.T.reshape(-1).astype(np.int64), num_rows)
+
+
+def timed(go: Callable[[], int]) -> float:
+    t0 = time.perf_counter()
+    n = go()
     return n / (time.perf_counter() - t0)
+
+
+def summarise(rates: dict[str, list[float]], kinds: list[str], item: str) -> dict[str, Any]:
+    base = statistics.median(rates[f"builder/{item}"]) if f"builder/{item}" in rates else None
+    scan = statistics.median(rates[f"scan/{item}"]) if f"scan/{item}" in rates else None
+    out: dict[str, Any] = {}
+    for kind in kinds:
+        values = rates.get(f"{kind}/{item}")
+        if not values:
+            continue
+        median = statistics.median(values)
+        out[f"{kind}/{item}"] = {
+            "per_s": round(median),
+            "min": round(min(values)),
+            "max": round(max(values)),
+            "vs_builder": None if base is None else round(median / base, 2),
+            "vs_scan": None if scan is None else round(median / scan, 3),
+            "round_ratios_vs_builder": None
+            if base is None
+            else [round(v / b, 2) for v, b in zip(values, rates[f"builder/{item}"])],
+        }
+    return out
 
 
 def main() -> None:
@@ -86,35 +221,54 @@ def main() -> None:
     )
     parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--docs", type=int, default=200_000)
+    parser.add_argument("--kinds", default=",".join(KINDS))
+    parser.add_argument("--items", default=",".join(ITEMS))
+    parser.add_argument("--name", default="permutation_read", help="results file name (without .json)")
     parser.add_argument("--save", action="store_true")
     args = parser.parse_args()
     import meta
+    import quality
 
+    kinds, items = args.kinds.split(","), args.items.split(",")
     table = build(args.rows)
-    kinds = ["builder", "computed", "local", "local_256_1024", "scan"]
-    rates: dict[str, list[float]] = {f"{k}/{t}": [] for k in kinds for t in ("rows", "ids")}
-    for _ in range(args.repeats):
-        for item, transform in (("rows", None), ("ids", ids)):
-            for kind in kinds:
-                rates[f"{kind}/{item}"].append(run(table, kind, transform))
-    summary: dict[str, Any] = {}
-    for item in ("rows", "ids"):
-        base = statistics.median(rates[f"builder/{item}"])
-        for kind in kinds:
-            median = statistics.median(rates[f"{kind}/{item}"])
-            summary[f"{kind}/{item}"] = {"rows_per_s": round(median), "vs_builder": round(median / base, 2)}
-    results = {
-        "environment": meta.environment(),
-        "command": " ".join(["benchmarks/permutation_read.py", *sys.argv[1:]]),
-        "rows": args.rows,
-        "repeats": args.repeats,
-        "results": summary,
-        "raw": rates,
-    }
-    path = meta.results_path("permutation_read", args.save)
-    meta.write(path, results)
-    print(json.dumps(summary, indent=2))
-    print(f"wrote {path}")
+    packing: dict[str, Callable[[], int]] = {}
+    docs = 0
+    if "packing" in items:
+        packing, tokens = _packing_runs(args.docs)
+        docs = int(tokens.count_rows())
+    rates: dict[str, list[float]] = {}
+    qualities: dict[str, dict[str, float]] = {}
+    pack_quality = {k: order_quality(k, docs) for k in PACK_KINDS if k != "scan"} if packing else {}
+    path = meta.results_path(args.name, args.save)
+    for round_ in range(args.repeats):
+        for item in items:
+            for kind in PACK_KINDS if item == "packing" else kinds:
+                if item == "packing":
+                    rate = timed(packing[kind])
+                else:
+                    rate, got = run(table, kind, item)
+                    if got is not None and round_ == 0:
+                        qualities[kind] = quality.summary(got, args.rows)
+                rates.setdefault(f"{kind}/{item}", []).append(rate)
+                print(f"round {round_} {kind}/{item}: {rate:,.0f}/s", flush=True)
+        summary: dict[str, Any] = {}
+        for item in items:
+            summary.update(summarise(rates, list(PACK_KINDS) if item == "packing" else kinds, item))
+        results = {
+            "environment": meta.environment(),
+            "command": " ".join(["benchmarks/permutation_read.py", *sys.argv[1:]]),
+            "rows": args.rows,
+            "docs": args.docs,
+            "repeats": args.repeats,
+            "rounds_done": round_ + 1,
+            "results": summary,
+            "quality": {"rows (delivered ids)": qualities, "packing (document read order)": pack_quality},
+            "quality_definitions": quality.DEFINITIONS,
+            "raw": rates,
+        }
+        meta.write(path, results)  # after every round: an interrupted run keeps its finished rounds
+    print(json.dumps({"results": summary, "quality": results["quality"]}, indent=2))
 
 
 if __name__ == "__main__":

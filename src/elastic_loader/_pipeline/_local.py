@@ -181,6 +181,12 @@ class LocalPermutation:
             return i.copy()
         c, t, r = self._cut, self.short_at, self.short_len
         cut = _U64(c)
+        if i.size and (int(i.max()) < t * c or int(i.min()) >= t * c + r):  # the short clump is not hit
+            late = int(i.min()) >= t * c + r
+            base = i - _U64(r) if late else i
+            k = base // cut + _U64(1) if late else base // cut
+            ordered: np.ndarray = self._clump_order(k) * cut + base % cut
+            return ordered
         before, short = i < _U64(t * c), _below(i, t * c + r)
         short &= ~before
         after = ~(before | short)
@@ -191,8 +197,20 @@ class LocalPermutation:
         shifted = i[after] - _U64(r)
         k[after], off[after] = shifted // cut + _U64(1), shifted % cut
         full = ~short
-        out[full] = self._clumps.apply(k[full]) * cut + off[full]
+        out[full] = self._clump_order(k[full]) * cut + off[full]
         out[short] = i[short] - _U64(t * c) + _U64((self.clump_count - 1) * c)
+        return out
+
+    def _clump_order(self, k: np.ndarray) -> np.ndarray:
+        """The computed order of every clump index of ``k``: over the span ``min(k) .. max(k)`` once
+        when it is no longer than ``k`` (a range of positions covers a few clumps, each ``C`` times)."""
+        if k.size == 0:
+            return k.copy()
+        low, high = int(k.min()), int(k.max())
+        if high - low + 1 >= k.size:
+            return self._clumps.apply(k)
+        span = self._clumps.apply(np.arange(high - low + 1, dtype=_U64) + _U64(low))
+        out: np.ndarray = span[k - _U64(low)]
         return out
 
     def sequence_inverse(self, positions: np.ndarray) -> np.ndarray:
@@ -210,6 +228,19 @@ class LocalPermutation:
 
     # ------------------------------------------------------------ windows
 
+    def _keys(self, split: np.ndarray, q: np.ndarray) -> np.ndarray:
+        """The window keys of every element: once per window of the span ``min(q) .. max(q)`` when
+        every element is of one split and the span is short (a range of positions holds ``count / W``
+        windows, each ``W`` times)."""
+        if q.size < 2 or not bool(np.all(split == split[0])):
+            return _window_keys(self._base, split, q)
+        low, high = int(q.min()), int(q.max())
+        if 2 * (high - low + 1) > q.size:
+            return _window_keys(self._base, split, q)
+        span = np.arange(high - low + 1, dtype=_U64) + _U64(low)
+        keys: np.ndarray = _window_keys(self._base, split[: span.size], span)[:, q - _U64(low)]
+        return keys
+
     def _offsets(self, split: np.ndarray, j: np.ndarray, inverse: bool) -> np.ndarray:
         """Split position ``j`` (window ``q``, offset ``o``) -> ``q*W + sigma^{+-1}_{split,q}(o)``."""
         width = self.window_len
@@ -217,10 +248,15 @@ class LocalPermutation:
             q, o = np.zeros_like(j), j.copy()
         else:
             q, o = j // _U64(width), j % _U64(width)
-        keys = _window_keys(self._base, split, q)
+        keys = self._keys(split, q)
         last = self.window_count - 1
         tail = self.split_len - last * width
         short = (q == _U64(last)) if tail < width else np.zeros(j.shape, dtype=bool)
+        if not short.any():
+            out = _sigma(keys, width, o, inverse)
+            if width < MAX_SIZE:
+                out += q * _U64(width)
+            return out
         out = np.empty_like(j)
         for mask, size in ((~short, width), (short, tail)):
             if mask.any():

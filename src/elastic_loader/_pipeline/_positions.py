@@ -103,17 +103,40 @@ def describe_kind(kind: Kind) -> str:
 Positions = ComputedPermutation | LocalPermutation
 
 
+AHEAD = 32768
+"""Positions a split view computes at once: a read asks for a few thousand, in increasing order."""
+
+
 class SplitPositions:
     """Split ``split`` of a computed or local permutation as a read-only sequence of storage positions.
 
     ``view[a:b]`` is a uint64 array of positions ``a .. b-1`` (step 1), ``view[p]`` one position;
-    nothing is computed before it is asked for.
+    nothing is computed before it is asked for. A slice computes the next ``AHEAD`` positions from
+    its start at once and keeps them (one array, at most ``AHEAD`` long), so a split read in
+    increasing order computes its positions in long vectorised runs; the kept array is a pure
+    function of the permutation and its start (never pickled), so any slice returns the same values.
     """
 
-    __slots__ = ("perm", "split")
+    __slots__ = ("_ahead", "_ahead_at", "perm", "split")
 
     def __init__(self, perm: Positions, split: int) -> None:
         self.perm, self.split = perm, split
+        self._ahead: np.ndarray | None = None
+        self._ahead_at = 0
+
+    def __reduce__(self) -> tuple[type[SplitPositions], tuple[Positions, int]]:
+        return (type(self), (self.perm, self.split))
+
+    def _slice(self, first: int, count: int) -> np.ndarray:
+        ahead, at = self._ahead, self._ahead_at
+        if ahead is None or first < at or first + count > at + len(ahead):
+            if count >= AHEAD:
+                return self.perm.positions(self.split, first, count)
+            size = min(AHEAD, self.perm.split_len - first)
+            ahead, at = self.perm.positions(self.split, first, size), first
+            self._ahead, self._ahead_at = ahead, at
+        out: np.ndarray = ahead[first - at : first - at + count].copy()
+        return out
 
     def __len__(self) -> int:
         return self.perm.split_len
@@ -130,7 +153,7 @@ class SplitPositions:
             first, stop, step = key.indices(m)
             if step != 1:
                 raise ValueError("a split view takes contiguous slices only")
-            return self.perm.positions(self.split, first, max(0, stop - first))
+            return self._slice(first, max(0, stop - first))
         index = int(key) + m if int(key) < 0 else int(key)
         return self.perm.positions(self.split, index, 1)[0]
 

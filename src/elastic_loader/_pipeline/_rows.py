@@ -12,6 +12,10 @@ Rules:
   at least k ready rows. A cycle that some split cannot complete ends the
   iteration: the first such split in owned order decides whether that is
   the end of the epoch or its row's error.
+* Without a transform a row is the dict ``RecordBatch.to_pylist`` makes, built column by column
+  (:func:`pylist`): the same keys in the same order and equal values of the same types; only a
+  fixed-size binary column without nulls is sliced from its buffer, every other column is the
+  column's own ``to_pylist``; duplicate or no column names fall back to ``to_pylist`` itself.
 * Progress is exact after every yielded row but is kept lazily: a chunk of k
   cycles records its base and a counter; per-split values are computed on
   demand (state_dict) and folded in when the chunk ends.
@@ -57,6 +61,34 @@ def _rejected_output(out: object) -> str | None:
     return None
 
 
+def _column_values(column: pa.Array) -> list[Any]:
+    """``column.to_pylist()``; a fixed-size binary column without nulls as slices of its buffer."""
+    kind = column.type
+    if pa.types.is_fixed_size_binary(kind) and column.null_count == 0 and kind.byte_width > 0:
+        width = kind.byte_width
+        data = column.buffers()[1]
+        raw = data.slice(column.offset * width, len(column) * width).to_pybytes()
+        return [raw[at : at + width] for at in range(0, len(raw), width)]
+    values: list[Any] = column.to_pylist()
+    return values
+
+
+def pylist(batch: pa.RecordBatch) -> list[dict[str, Any]]:
+    """``batch.to_pylist()``, built from whole columns (see the module rules)."""
+    names = batch.schema.names
+    if not names or len(set(names)) != len(names):
+        rows: list[dict[str, Any]] = batch.to_pylist()
+        return rows
+    columns = [_column_values(batch.column(i)) for i in range(len(names))]
+    if len(names) == 1:
+        (first,) = names
+        return [{first: a} for a in columns[0]]
+    if len(names) == 2:
+        first, second = names
+        return [{first: a, second: b} for a, b in zip(*columns)]
+    return list(map(dict, map(zip, itertools.repeat(names), zip(*columns))))
+
+
 def make_row_stage(
     transform: Callable[[pa.RecordBatch], Any] | None,
     on_error: OnError,
@@ -68,7 +100,7 @@ def make_row_stage(
     def rows_of(batch: pa.RecordBatch, expected: int) -> list[Any]:
         t0 = time.perf_counter_ns()
         try:
-            out = batch.to_pylist() if transform is None else transform(batch)
+            out = pylist(batch) if transform is None else transform(batch)
         except StopIteration as exc:  # an Exception, but it would end the consumer's loop unseen
             error = RuntimeError(
                 "transform raised StopIteration; it is an error in every on_transform_error mode "

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from elastic_loader._pipeline import _positions
 from elastic_loader._pipeline._local import LocalPermutation, read_window, window_read_order
 from elastic_loader.spec import local as spec
 
@@ -196,3 +197,29 @@ def test_window_read_order_is_a_few_ascending_runs() -> None:
     assert np.array_equal(ascending[back], perm.positions(3, 7 * 1024, 1024))
     starts, lengths = perm.runs(3, 7)
     assert len(starts) <= 6 and int(lengths.sum()) == 1024
+
+
+def test_split_views_keep_positions_ahead_and_answer_any_slice() -> None:
+    """A split view computes ``AHEAD`` positions at once and keeps them; slices in any order (forward,
+    backward, overlapping, across the kept array's end, longer than it) are the permutation's own
+    positions, and a pickled view carries no kept positions."""
+    perm = LocalPermutation(3 * _positions.AHEAD + 1234, 3, 5, 1, 3, 7)
+    whole = [perm.positions(s, 0, perm.split_len) for s in range(3)]
+    view = _positions.SplitPositions(perm, 1)
+    m = perm.split_len
+    for first, stop in [
+        (0, 10),
+        (5, 2000),
+        (10, 3),
+        (_positions.AHEAD - 5, _positions.AHEAD + 5),
+        (100, 100 + 2 * _positions.AHEAD),
+        (m - 4, m),
+        (3, 9),
+        (m - 1, m),
+    ]:
+        assert np.array_equal(view[first:stop], whole[1][first:stop])
+    assert int(view[7]) == int(whole[1][7]) and int(view[-1]) == int(whole[1][-1])
+    got = view[0:50]
+    got[:] = 0  # a slice is the caller's: writing to it changes no later answer
+    assert np.array_equal(view[0:50], whole[1][:50])
+    assert len(pickle.dumps(view)) < 400

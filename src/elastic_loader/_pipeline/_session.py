@@ -122,7 +122,7 @@ class Session:
         demand = RowDemand(feed, len(owned), settings.io_queue_depth, settings.read_batch_size, queue_depth)
         stage = _columnar.make_stage()
         pipeline = self._pipeline(stage, demand.want, positions, sorted_reads=False, buffered=feed.held_bytes)
-        yield from _columnar.batches(pipeline, feed, self.row_cursor, owned, counters, mode)
+        yield from _columnar.iterate(pipeline, feed, self.row_cursor, owned, counters, mode)
 
     def _packed_items(self, start: PackedState) -> Iterator[Any]:
         settings, owned, counters = self.settings, self.owned, self.counters

@@ -26,7 +26,6 @@ Rules:
 from __future__ import annotations
 
 import functools
-import heapq
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -37,7 +36,7 @@ import pyarrow as pa
 import pyarrow.types as pat
 
 from ._fetch import Pipeline, Stage, Unit
-from ._rows import MAX_CHUNK_CYCLES, RowCursor
+from ._rows import MAX_CHUNK_CYCLES, RowCursor, catch_up_order
 from ._stats import Counters
 
 FORMATS = ("arrow", "numpy", "torch")
@@ -219,33 +218,35 @@ def converter(batch_format: str) -> Callable[[pa.RecordBatch], Any]:
 class _Batcher:
     """Collects the pieces of one batch and the cursor moves that record its rows."""
 
-    def __init__(self) -> None:
+    def __init__(self, convert: Callable[[pa.RecordBatch], Any]) -> None:
+        self.convert = convert
         self.pieces: list[pa.RecordBatch] = []
         self.rows = 0
         self.moves: list[Callable[[], None]] = []
 
-    def take(self) -> tuple[pa.RecordBatch, list[Callable[[], None]]]:
-        """The batch and its cursor moves (not applied yet); the batcher starts the next batch."""
+    def add(self, piece: pa.RecordBatch, rows: int, move: Callable[[], None]) -> None:
+        """``rows`` rows of the batch, and the cursor move that records them."""
+        self.pieces.append(piece)
+        self.rows += rows
+        self.moves.append(move)
+
+    def take(self) -> Any:
+        """The batch, converted; only then its cursor moves are applied (a conversion error leaves
+        its rows undelivered). The batcher starts the next batch."""
         pieces, moves = self.pieces, self.moves
         batch = pieces[0] if len(pieces) == 1 else pa.concat_batches(pieces)
         self.pieces, self.rows, self.moves = [], 0, []
-        return batch, moves
-
-
-Ready = tuple[pa.RecordBatch, list[Callable[[], None]]]
-"""A batch (Arrow) and the cursor moves that record its rows once it is handed out."""
+        value = self.convert(batch)
+        for move in moves:
+            move()
+        return value
 
 
 def _catch_up(
     pipeline: Pipeline, feed: ColumnarFeed, cursor: RowCursor, owned: list[int], counters: Counters
 ) -> Iterator[tuple[pa.RecordBatch, Callable[[], None]]]:
-    """The rows of lagging splits, one at a time by (samples, split id), with their cursor moves."""
-    start = list(cursor.samples)
-    target = max(start)  # an iterator owns at least one split
-    lagging = [(c, owned[i], i) for i, c in enumerate(start) if c < target]
-    heapq.heapify(lagging)
-    while lagging:
-        count, split, i = heapq.heappop(lagging)
+    """The rows of lagging splits, one at a time (``_rows.catch_up_order``), with their cursor moves."""
+    for i in catch_up_order(cursor.samples, owned):
         if not _fill(pipeline, feed, i, counters):
             return
         (row,), positions = feed.take(i, 1)
@@ -255,8 +256,6 @@ def _catch_up(
             counters.add(ready_rows=-1, consumed_rows=1, rows_delivered=1)
 
         yield pa.concat_batches([row]), move  # its own buffers: a slice pins its whole unit
-        if count + 1 < target:
-            heapq.heappush(lagging, (count + 1, split, i))
 
 
 def _fill(pipeline: Pipeline, feed: ColumnarFeed, i: int, counters: Counters) -> bool:
@@ -276,59 +275,39 @@ def iterate(
     owned: list[int],
     counters: Counters,
     mode: Columnar,
-) -> Iterator[Ready]:
+) -> Iterator[Any]:
     """Batches of ``mode.batch_size`` rows of the owned splits in canonical order (catch-up, then
-    cycles), as Arrow, each with the cursor moves the caller applies when it hands it out."""
+    cycles), each converted to ``mode.batch_format`` before the cursor records its rows (a
+    conversion error leaves them undelivered); the last chunk is folded at the end."""
     size, n = mode.batch_size, len(owned)
-    out = _Batcher()
-    for row, move in _catch_up(pipeline, feed, cursor, owned, counters):
-        out.pieces.append(row)
-        out.moves.append(move)
-        out.rows += 1
-        if out.rows == size:
-            yield out.take()
-    while all(_fill(pipeline, feed, i, counters) for i in range(n)):
-        wanted = max(-(-4 * size // n), -(-CHUNK_ROWS // n))
-        k = min(MAX_CHUNK_CYCLES, wanted, min(feed.ready(i) for i in range(n)))
-        taken = [feed.take(i, k) for i in range(n)]
-        chunk = _Chunk([slices for slices, _ in taken], k)
-        positions = [p for _, p in taken]
-        out.moves.append(functools.partial(_begin, cursor, counters, positions))
-        offset, total = 0, n * k
-        while offset < total:
-            step = min(size - out.rows, total - offset)
-            out.pieces.append(chunk.gather(offset, step))
-            offset += step
-            out.rows += step
-            out.moves.append(functools.partial(setattr, cursor, "cursor", offset))
+    out = _Batcher(converter(mode.batch_format))
+    try:
+        for row, move in _catch_up(pipeline, feed, cursor, owned, counters):
+            out.add(row, 1, move)
             if out.rows == size:
                 yield out.take()
-    if out.rows and not mode.drop_last:
-        yield out.take()
+        while all(_fill(pipeline, feed, i, counters) for i in range(n)):
+            wanted = max(-(-4 * size // n), -(-CHUNK_ROWS // n))
+            k = min(MAX_CHUNK_CYCLES, wanted, min(feed.ready(i) for i in range(n)))
+            taken = [feed.take(i, k) for i in range(n)]
+            chunk = _Chunk([slices for slices, _ in taken], k)
+            positions = [p for _, p in taken]
+            out.moves.append(functools.partial(_begin, cursor, counters, positions))
+            offset, total = 0, n * k
+            while offset < total:
+                step = min(size - out.rows, total - offset)
+                piece = chunk.gather(offset, step)
+                offset += step
+                out.add(piece, step, functools.partial(setattr, cursor, "cursor", offset))
+                if out.rows == size:
+                    yield out.take()
+        if out.rows and not mode.drop_last:
+            yield out.take()
+    finally:
+        cursor.end(counters)
 
 
 def _begin(cursor: RowCursor, counters: Counters, positions: list[range]) -> None:
     """A chunk's first rows are handed out: fold the previous chunk, start this one."""
     cursor.end(counters)
     cursor.begin(positions)
-
-
-def batches(
-    pipeline: Pipeline,
-    feed: ColumnarFeed,
-    cursor: RowCursor,
-    owned: list[int],
-    counters: Counters,
-    mode: Columnar,
-) -> Iterator[Any]:
-    """:func:`iterate`, each batch converted to ``mode.batch_format`` before its rows are recorded
-    (a conversion error leaves them undelivered); the last chunk is folded at the end."""
-    convert = converter(mode.batch_format)
-    try:
-        for batch, moves in iterate(pipeline, feed, cursor, owned, counters, mode):
-            value = convert(batch)
-            for move in moves:
-                move()
-            yield value
-    finally:
-        cursor.end(counters)

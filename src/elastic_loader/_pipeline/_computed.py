@@ -13,7 +13,8 @@ included). This module never imports the spec.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar, Self
 
 import numpy as np
 import pyarrow as pa
@@ -74,56 +75,109 @@ def half_width(num_rows: int) -> int:
     return (max(2, (num_rows - 1).bit_length()) + 1) // 2
 
 
-class _Network:
-    """The Feistel network of one epoch over ``[0, 4**half)``, on uint64 arrays."""
+def feistel(keys: Sequence[Any] | np.ndarray, half: int, x: np.ndarray, inverse: bool) -> np.ndarray:
+    """The Feistel network over ``[0, 4**half)`` (``inverse``: its inverse), one round per key.
 
-    def __init__(self, keys: tuple[int, ...], half: int) -> None:
-        self.keys = tuple(np.uint64(k) for k in keys)
-        self.shift = np.uint64(half)
-        self.mask = np.uint64((1 << half) - 1)
-
-    def encrypt(self, x: np.ndarray) -> np.ndarray:
-        left, right = x >> self.shift, x & self.mask
-        f, tmp = np.empty_like(x), np.empty_like(x)
-        for key in self.keys:
-            np.bitwise_xor(right, key, out=f)
-            _mix_into(f, tmp)
-            f &= self.mask
-            left ^= f
-            left, right = right, left
-        left <<= self.shift
-        left |= right
-        return left
-
-    def decrypt(self, y: np.ndarray) -> np.ndarray:
-        left, right = y >> self.shift, y & self.mask
-        f, tmp = np.empty_like(y), np.empty_like(y)
-        for key in reversed(self.keys):
-            np.bitwise_xor(left, key, out=f)
-            _mix_into(f, tmp)
-            f &= self.mask
+    ``keys[i]`` is round ``i``'s key: one uint64 for every element, or an array
+    with one key per element of ``x`` (the local permutation's windows).
+    """
+    shift, mask = np.uint64(half), np.uint64((1 << half) - 1)
+    left, right = x >> shift, x & mask
+    f, tmp = np.empty_like(x), np.empty_like(x)
+    for i in reversed(range(len(keys))) if inverse else range(len(keys)):
+        np.bitwise_xor(left if inverse else right, keys[i], out=f)
+        _mix_into(f, tmp)
+        f &= mask
+        if inverse:
             right ^= f
-            left, right = right, left
-        left <<= self.shift
-        left |= right
-        return left
+        else:
+            left ^= f
+        left, right = right, left
+    left <<= shift
+    left |= right
+    return left
 
 
-def _walk(step: Any, x: np.ndarray, num_rows: int, full: bool) -> np.ndarray:
-    """Apply ``step`` to ``x``, then again to the elements still ``>= num_rows`` until none is."""
-    y: np.ndarray = step(x)
+def cycle_walk(
+    step: Callable[[np.ndarray, Any], np.ndarray], x: np.ndarray, size: int, full: bool
+) -> np.ndarray:
+    """``step`` applied to ``x``, then again to the elements still ``>= size`` until none is.
+
+    ``step(values, where)`` maps ``values``, the elements of ``x`` at ``where``
+    (``slice(None)`` the first time, then an index array), so a step with
+    per-element keys can pick the keys of those elements. ``full``: the network
+    covers exactly ``[0, size)`` and one step is enough.
+    """
+    y = step(x, slice(None))
     if full:
         return y
-    limit = np.uint64(num_rows)
+    limit = np.uint64(size)
     todo = np.flatnonzero(y >= limit)
     while todo.size:
-        again = step(y[todo])
+        again = step(y[todo], todo)
         y[todo] = again
         todo = todo[again >= limit]
     return y
 
 
-class ComputedPermutation:
+def check_split_range(split: int, first: int, count: int, num_splits: int, split_len: int) -> None:
+    """Raise ``ValueError`` unless ``split`` exists and ``[first, first + count)`` lies inside it."""
+    if not 0 <= split < num_splits:
+        raise ValueError(f"split {split} outside [0, {num_splits})")
+    if first < 0 or count < 0 or first + count > split_len:
+        raise ValueError(f"positions [{first}, {first + count}) outside the split length {split_len}")
+
+
+def check_split_offsets(split: int, offsets: np.ndarray, num_splits: int, split_len: int) -> np.ndarray:
+    """``offsets`` as uint64; raise ``ValueError`` unless ``split`` exists and every offset lies inside it."""
+    j = np.asarray(offsets, dtype=np.uint64)
+    if not 0 <= split < num_splits:
+        raise ValueError(f"split {split} outside [0, {num_splits})")
+    if j.size and int(j.max()) >= split_len:
+        raise ValueError(f"position {int(j.max())} outside the split length {split_len}")
+    return j
+
+
+def ascending(positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(positions in ascending order, index into them of each position as given)``: a read in
+    ascending order (faster in Lance), then ``take(back)``, returns the rows in the order asked for."""
+    order = np.argsort(positions, kind="stable")
+    back = np.empty_like(order)
+    back[order] = np.arange(order.size)
+    return positions[order], back
+
+
+class Parameterized:
+    """A permutation that pickles and prints as the parameters it is built from: ``PARAMETERS``,
+    the constructor's arguments in order, each an attribute of the instance."""
+
+    __slots__ = ()
+    PARAMETERS: ClassVar[tuple[str, ...]] = ()
+
+    def __reduce__(self) -> tuple[type[Self], tuple[int, ...]]:
+        return (type(self), tuple(getattr(self, name) for name in self.PARAMETERS))
+
+    def __repr__(self) -> str:
+        arguments = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.PARAMETERS)
+        return f"{type(self).__name__}({arguments})"
+
+
+class _Network:
+    """The Feistel network of one epoch over ``[0, 4**half)``, on uint64 arrays (a step of
+    :func:`cycle_walk`: the keys are the same for every element)."""
+
+    def __init__(self, keys: tuple[int, ...], half: int) -> None:
+        self.keys = tuple(np.uint64(k) for k in keys)
+        self.half = half
+
+    def encrypt(self, x: np.ndarray, _where: object = None) -> np.ndarray:
+        return feistel(self.keys, self.half, x, inverse=False)
+
+    def decrypt(self, y: np.ndarray, _where: object = None) -> np.ndarray:
+        return feistel(self.keys, self.half, y, inverse=True)
+
+
+class ComputedPermutation(Parameterized):
     """Split ``s`` position ``p`` reads storage position ``f(s * m + p)``, ``m = num_rows // num_splits``.
 
     Construction costs the same at every table size; ``positions`` costs
@@ -144,14 +198,7 @@ class ComputedPermutation:
         self.full = num_rows == 1 << (2 * half)
         self._network = _Network(round_keys(shuffle_seed, epoch), half)
 
-    def __reduce__(self) -> tuple[type[ComputedPermutation], tuple[int, int, int, int]]:
-        return (type(self), (self.num_rows, self.num_splits, self.shuffle_seed, self.epoch))
-
-    def __repr__(self) -> str:
-        return (
-            f"ComputedPermutation(num_rows={self.num_rows}, num_splits={self.num_splits}, "
-            f"shuffle_seed={self.shuffle_seed}, epoch={self.epoch})"
-        )
+    PARAMETERS = ("num_rows", "num_splits", "shuffle_seed", "epoch")
 
     @property
     def fingerprint(self) -> str:
@@ -163,32 +210,25 @@ class ComputedPermutation:
 
     def apply(self, indices: np.ndarray) -> np.ndarray:
         """``f`` of every element of ``indices`` (uint64, each in ``[0, num_rows)``)."""
-        return _walk(self._network.encrypt, self._checked(indices), self.num_rows, self.full)
+        return cycle_walk(self._network.encrypt, self._checked(indices), self.num_rows, self.full)
 
     def invert(self, positions: np.ndarray) -> np.ndarray:
         """``f^-1`` of every element of ``positions`` (uint64, each in ``[0, num_rows)``)."""
-        return _walk(self._network.decrypt, self._checked(positions), self.num_rows, self.full)
+        return cycle_walk(self._network.decrypt, self._checked(positions), self.num_rows, self.full)
 
     def positions(self, split: int, first: int, count: int) -> np.ndarray:
         """Storage positions (uint64) of ``split`` at positions ``first .. first + count - 1``."""
-        if not 0 <= split < self.num_splits:
-            raise ValueError(f"split {split} outside [0, {self.num_splits})")
-        if first < 0 or count < 0 or first + count > self.split_len:
-            raise ValueError(
-                f"positions [{first}, {first + count}) outside the split length {self.split_len}"
-            )
+        check_split_range(split, first, count, self.num_splits, self.split_len)
         indices = np.arange(count, dtype=np.uint64)
         indices += np.uint64(split * self.split_len + first)
-        return _walk(self._network.encrypt, indices, self.num_rows, self.full)
+        return cycle_walk(self._network.encrypt, indices, self.num_rows, self.full)
 
     def at(self, split: int, offsets: np.ndarray) -> np.ndarray:
         """Storage positions (uint64) of ``split`` at the split positions ``offsets`` (any order)."""
-        j = np.asarray(offsets, dtype=np.uint64)
-        if not 0 <= split < self.num_splits:
-            raise ValueError(f"split {split} outside [0, {self.num_splits})")
-        if j.size and int(j.max()) >= self.split_len:
-            raise ValueError(f"position {int(j.max())} outside the split length {self.split_len}")
-        return _walk(self._network.encrypt, j + np.uint64(split * self.split_len), self.num_rows, self.full)
+        j = check_split_offsets(split, offsets, self.num_splits, self.split_len)
+        return cycle_walk(
+            self._network.encrypt, j + np.uint64(split * self.split_len), self.num_rows, self.full
+        )
 
     def locate(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(split, position)`` reading each storage position; split ``num_splits`` marks a dropped row."""
@@ -217,8 +257,6 @@ def read_positions(dataset: Any, positions: np.ndarray, columns: list[str] | Non
     wanted = np.asarray(positions, dtype=np.uint64)
     if wanted.size == 0:
         return dataset.take(np.empty(0, dtype=np.int64), columns=columns)
-    order = np.argsort(wanted, kind="stable")
-    got = dataset.take(wanted[order].astype(np.int64), columns=columns)
-    back = np.empty_like(order)
-    back[order] = np.arange(order.size)
+    sorted_positions, back = ascending(wanted)
+    got = dataset.take(sorted_positions.astype(np.int64), columns=columns)
     return got.take(pa.array(back))

@@ -27,7 +27,7 @@ from typing import Any, cast
 import numpy as np
 
 from ._checkpoint import PackedState, RowState, State
-from ._lance import Reader, SplitRows, build_permutation, reader_for
+from ._lance import BuilderArgs, Reader, SplitRows, build_permutation, reader_for
 from ._packing import estimate_blocks
 from ._permcache import cache_dir, cache_key, cached
 from ._positions import PositionPerm, build_positions
@@ -61,24 +61,23 @@ def build_epoch(table: Any, settings: Settings, epoch: int) -> Epoch:
         )
         return Epoch(perm, reader, _blocks(settings, reader, perm))
 
-    # What the builder's permutation depends on: its arguments, and the cache's key.
-    identity: dict[str, Any] = {
-        "num_splits": settings.num_splits,
-        "shuffle": settings.shuffle,
-        "shuffle_seed": settings.shuffle_seed,
-        "epoch": epoch,
-        "clump_size": settings.shuffle_clump_size,
-        "filter": settings.filter,
-    }
+    args = BuilderArgs(
+        num_splits=settings.num_splits,
+        shuffle=settings.shuffle,
+        shuffle_seed=settings.shuffle_seed,
+        epoch=epoch,
+        clump_size=settings.shuffle_clump_size,
+        filter=settings.filter,
+    )
 
     def build() -> SplitRows:
         return build_permutation(
-            table, **identity, split_strategy=settings.split_strategy, rows_hint=settings.rows_hint
+            table, args, split_strategy=settings.split_strategy, rows_hint=settings.rows_hint
         )
 
     key = None
     if settings.split_strategy is None and cache_dir() is not None:
-        key = cache_key(table, **identity)
+        key = cache_key(table, args)
     perm, _ = cached(key, settings.num_splits, build)
     reader = reader_for(table, perm.base_version)
     return Epoch(perm, reader, _blocks(settings, reader, perm))

@@ -105,17 +105,26 @@ def _builder_memory(rows: int) -> Any:
         os.environ.pop(_PERM_MEMORY_ENV, None)
 
 
+@dataclass(frozen=True)
+class BuilderArgs:
+    """What the builder's permutation of a table depends on: its arguments, and the permutation
+    cache's key (``_permcache.cache_key``)."""
+
+    num_splits: int
+    shuffle: bool
+    shuffle_seed: int
+    epoch: int
+    clump_size: int | None
+    filter: str | None
+
+    @property
+    def seed(self) -> int:
+        """The builder's seed of the epoch, ``shuffle_seed + epoch * EPOCH_PRIME``."""
+        return self.shuffle_seed + self.epoch * EPOCH_PRIME
+
+
 def build_permutation(
-    table: Any,
-    *,
-    num_splits: int,
-    shuffle: bool,
-    shuffle_seed: int,
-    epoch: int,
-    clump_size: int | None,
-    filter: str | None,
-    split_strategy: Callable[[Any], Any] | None,
-    rows_hint: int,
+    table: Any, args: BuilderArgs, *, split_strategy: Callable[[Any], Any] | None, rows_hint: int
 ) -> SplitRows:
     """Build the split permutation exactly as ``lancedb.streaming`` does and group it by split.
 
@@ -126,9 +135,10 @@ def build_permutation(
     """
     from lancedb.permutation import permutation_builder
 
+    num_splits = args.num_splits
     builder = permutation_builder(table)
-    if filter is not None:
-        builder = builder.filter(filter)
+    if args.filter is not None:
+        builder = builder.filter(args.filter)
     with _builder_memory(rows_hint):
         if split_strategy is not None:
             configured = split_strategy(builder)
@@ -140,9 +150,9 @@ def build_permutation(
                     f"{type(configured).__name__}"
                 )
             perm_table = configured.execute()
-        elif shuffle:
-            seed = shuffle_seed + epoch * EPOCH_PRIME
-            perm_table = builder.split_random(fixed=num_splits, seed=seed, clump_size=clump_size).execute()
+        elif args.shuffle:
+            split = builder.split_random(fixed=num_splits, seed=args.seed, clump_size=args.clump_size)
+            perm_table = split.execute()
         else:
             perm_table = builder.split_sequential(fixed=num_splits).execute()
     arrow = perm_table.to_arrow()

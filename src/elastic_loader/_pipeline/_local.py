@@ -21,7 +21,20 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ._computed import GAMMA, ROUNDS, ComputedPermutation, half_width, mix_into, mix_scalar
+from ._computed import (
+    GAMMA,
+    ROUNDS,
+    ComputedPermutation,
+    Parameterized,
+    ascending,
+    check_split_offsets,
+    check_split_range,
+    cycle_walk,
+    feistel,
+    half_width,
+    mix_into,
+    mix_scalar,
+)
 from ._lance import EPOCH_PRIME
 
 ALGORITHM = "clump-window-v1+feistel8-splitmix64-v1"
@@ -55,38 +68,15 @@ def _window_keys(base: int, split: np.ndarray, window: np.ndarray) -> np.ndarray
     return keys
 
 
-def _rounds(keys: np.ndarray, half: int, x: np.ndarray, inverse: bool) -> np.ndarray:
-    """The Feistel network over ``[0, 4**half)`` with per-element keys (``keys[i]`` for round ``i``)."""
-    shift, mask = _U64(half), _U64((1 << half) - 1)
-    left, right = x >> shift, x & mask
-    f, tmp = np.empty_like(x), np.empty_like(x)
-    for i in reversed(range(ROUNDS)) if inverse else range(ROUNDS):
-        np.bitwise_xor(left if inverse else right, keys[i], out=f)
-        mix_into(f, tmp)
-        f &= mask
-        if inverse:
-            right ^= f
-        else:
-            left ^= f
-        left, right = right, left
-    left <<= shift
-    left |= right
-    return left
-
-
 def _sigma(keys: np.ndarray, size: int, o: np.ndarray, inverse: bool = False) -> np.ndarray:
-    """The keyed bijection of ``[0, size)``: the network, cycle-walked into ``[0, size)``."""
+    """The keyed bijection of ``[0, size)``: the network with per-element keys (``keys[i][k]`` for
+    round ``i`` of element ``k``), cycle-walked into ``[0, size)``."""
     half = half_width(size)
-    y = _rounds(keys, half, o, inverse)
-    if size == 1 << (2 * half):
-        return y
-    limit = _U64(size)
-    todo = np.flatnonzero(y >= limit)
-    while todo.size:
-        again = _rounds(keys[:, todo], half, y[todo], inverse)
-        y[todo] = again
-        todo = todo[again >= limit]
-    return y
+
+    def step(values: np.ndarray, where: Any) -> np.ndarray:
+        return feistel(keys[:, where], half, values, inverse)
+
+    return cycle_walk(step, o, size, size == 1 << (2 * half))
 
 
 def _below(values: np.ndarray, bound: int) -> np.ndarray:
@@ -96,7 +86,7 @@ def _below(values: np.ndarray, bound: int) -> np.ndarray:
     return values < _U64(bound)
 
 
-class LocalPermutation:
+class LocalPermutation(Parameterized):
     """Split ``s`` position ``q*W + o`` reads ``Q[s*m + q*W + sigma_{s,q}(o)]`` (spec/LOCAL.md).
 
     ``Q`` lists the ``M = ceil(N / C)`` clumps of ``C`` contiguous storage
@@ -139,15 +129,7 @@ class LocalPermutation:
         self.window_len = min(window, self.split_len)  # W >= m is one window per split
         self._base = mix_scalar((shuffle_seed + epoch * EPOCH_PRIME) ^ WINDOW_TAG)
 
-    def __reduce__(self) -> tuple[type[LocalPermutation], tuple[int, int, int, int, int, int]]:
-        args = (self.num_rows, self.num_splits, self.shuffle_seed, self.epoch, self.clump, self.window)
-        return (type(self), args)
-
-    def __repr__(self) -> str:
-        return (
-            f"LocalPermutation(num_rows={self.num_rows}, num_splits={self.num_splits}, "
-            f"shuffle_seed={self.shuffle_seed}, epoch={self.epoch}, clump={self.clump}, window={self.window})"
-        )
+    PARAMETERS = ("num_rows", "num_splits", "shuffle_seed", "epoch", "clump", "window")
 
     @property
     def clump_count(self) -> int:
@@ -267,23 +249,14 @@ class LocalPermutation:
 
     def positions(self, split: int, first: int, count: int) -> np.ndarray:
         """Storage positions (uint64) of ``split`` at positions ``first .. first + count - 1``."""
-        if not 0 <= split < self.num_splits:
-            raise ValueError(f"split {split} outside [0, {self.num_splits})")
-        if first < 0 or count < 0 or first + count > self.split_len:
-            raise ValueError(
-                f"positions [{first}, {first + count}) outside the split length {self.split_len}"
-            )
+        check_split_range(split, first, count, self.num_splits, self.split_len)
         j = np.arange(count, dtype=_U64) + _U64(first)
         splits = np.full(count, split, dtype=_U64)
         return self.sequence(self._offsets(splits, j, inverse=False) + _U64(split * self.split_len))
 
     def at(self, split: int, offsets: np.ndarray) -> np.ndarray:
         """Storage positions (uint64) of ``split`` at the split positions ``offsets`` (any order)."""
-        j = np.asarray(offsets, dtype=_U64)
-        if not 0 <= split < self.num_splits:
-            raise ValueError(f"split {split} outside [0, {self.num_splits})")
-        if j.size and int(j.max()) >= self.split_len:
-            raise ValueError(f"position {int(j.max())} outside the split length {self.split_len}")
+        j = check_split_offsets(split, offsets, self.num_splits, self.split_len)
         splits = np.full(j.size, split, dtype=_U64)
         return self.sequence(self._offsets(splits, j, inverse=False) + _U64(split * self.split_len))
 
@@ -320,10 +293,7 @@ class LocalPermutation:
 def window_read_order(perm: LocalPermutation, split: int, q: int) -> tuple[np.ndarray, np.ndarray]:
     """``(ascending storage positions of window q, index into them of each position in read order)``."""
     wanted = perm.positions(split, q * perm.window_len, perm.window_size(q))
-    order = np.argsort(wanted, kind="stable")
-    back = np.empty_like(order)
-    back[order] = np.arange(order.size)
-    return wanted[order], back
+    return ascending(wanted)
 
 
 def read_window(

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from ._lance import EPOCH_PRIME, SplitRows
+from ._lance import BuilderArgs, SplitRows
 
 ENV = "ELASTIC_LOADER_PERM_CACHE"
 """The environment variable naming the cache directory (unset or empty: no cache)."""
@@ -62,29 +62,19 @@ def _table_identity(table: Any) -> dict[str, Any] | None:
     return {"uri": str(dataset.uri), "version": int(dataset.version), "fragments": fragments}
 
 
-def cache_key(
-    table: Any,
-    *,
-    num_splits: int,
-    shuffle: bool,
-    shuffle_seed: int,
-    epoch: int,
-    clump_size: int | None,
-    filter: str | None,
-) -> tuple[str, int] | None:
+def cache_key(table: Any, args: BuilderArgs) -> tuple[str, int] | None:
     """``(key, table version)`` of a builder permutation, or ``None`` when it cannot be cached."""
     identity = _table_identity(table)
     if identity is None:
         return None
-    seed = shuffle_seed + epoch * EPOCH_PRIME if shuffle else None
     parts = {
         "format": FORMAT,
         "table": identity,
-        "num_splits": num_splits,
-        "shuffle": shuffle,
-        "seed": seed,
-        "clump_size": clump_size if shuffle else None,
-        "filter": filter,
+        "num_splits": args.num_splits,
+        "shuffle": args.shuffle,
+        "seed": args.seed if args.shuffle else None,
+        "clump_size": args.clump_size if args.shuffle else None,
+        "filter": args.filter,
     }
     text = json.dumps(parts, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest(), int(identity["version"])

@@ -368,6 +368,21 @@ class RowCursor:
             self.positions[i] = position + 1
 
 
+def catch_up_order(samples: Sequence[int], owned: list[int]) -> Iterator[int]:
+    """The owned-split index of each catch-up row (row and columnar modes): until every split has
+    the samples of the most advanced one, the next row comes from the split with the fewest, ties
+    by split id. ``samples`` is read when the iteration starts; a caller whose split runs out stops."""
+    start = list(samples)
+    target = max(start)  # an iterator owns at least one split
+    lagging = [(c, owned[i], i) for i, c in enumerate(start) if c < target]
+    heapq.heapify(lagging)
+    while lagging:
+        count, split, i = heapq.heappop(lagging)
+        yield i
+        if count + 1 < target:
+            heapq.heappush(lagging, (count + 1, split, i))
+
+
 def iterate(
     pipeline: Pipeline,
     feed: RowFeed,
@@ -395,20 +410,13 @@ def iterate(
         if error is not None:
             raise error
 
-    start_samples = list(progress.samples)
-    target = max(start_samples)  # an iterator owns at least one split
-    lagging = [(c, owned[i], i) for i, c in enumerate(start_samples) if c < target]
-    heapq.heapify(lagging)
-    while lagging:
-        count, split, i = heapq.heappop(lagging)
+    for i in catch_up_order(progress.samples, owned):
         if not fill(i):
             raise_if_failed(i)
             return
         (value,), (position,), _ = feed.take(i, 1)
         progress.step(i, position)
         counters.add(ready_rows=-1, consumed_rows=1, rows_delivered=1)
-        if count + 1 < target:
-            heapq.heappush(lagging, (count + 1, split, i))
         yield value
     while True:
         for i in range(n):

@@ -19,6 +19,9 @@ Rules:
 * A dataset has one :class:`Lease`: at most one active iterator, either a
   StreamingDataLoader (holding a token for its whole iteration, while worker
   processes iterate their own copies) or a running session.
+* :class:`EpochLink` is the part of a loader link (``dataset.LoaderLink``,
+  ``mixture.MixtureLink``) that needs only the public API of what it serves:
+  epochs and checkpoints.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import KW_ONLY, dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -122,7 +125,7 @@ class Session:
         demand = RowDemand(feed, len(owned), settings.io_queue_depth, settings.read_batch_size, queue_depth)
         stage = _columnar.make_stage()
         pipeline = self._pipeline(stage, demand.want, positions, sorted_reads=False, buffered=feed.held_bytes)
-        yield from _columnar.batches(pipeline, feed, self.row_cursor, owned, counters, mode)
+        yield from _columnar.iterate(pipeline, feed, self.row_cursor, owned, counters, mode)
 
     def _packed_items(self, start: PackedState) -> Iterator[Any]:
         settings, owned, counters = self.settings, self.owned, self.counters
@@ -256,3 +259,48 @@ class Lease:
         self._lock = threading.Lock()
         self.token, self._issued = state["token"], state["_issued"]
         self.session = None
+
+
+class Facade(Protocol):
+    """What :class:`EpochLink` uses of a ``StreamingDataset`` or a ``StreamingMixture``."""
+
+    @property
+    def epoch(self) -> int: ...
+
+    def __len__(self) -> int: ...
+
+    def set_epoch(self, epoch: int) -> None: ...
+
+    def state_dict(self) -> dict[str, object]: ...
+
+    def load_state_dict(self, state: dict[str, object]) -> None: ...
+
+
+class EpochLink:
+    """A loader link's epochs and checkpoints, through its facade's public API."""
+
+    def __init__(self, facade: Facade) -> None:
+        self.facade = facade
+
+    def epoch_items(self, num_workers: int) -> list[int]:
+        """Items each worker role (one role without workers) yields in a whole epoch without skipped rows."""
+        roles = max(num_workers, 1)
+        return [len(self.facade) // roles] * roles
+
+    def next_epoch(self) -> int:
+        """Start the facade's next epoch (its epoch number plus one) and return it."""
+        epoch = self.facade.epoch + 1
+        self.facade.set_epoch(epoch)
+        return epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """The facade's ``set_epoch``."""
+        self.facade.set_epoch(epoch)
+
+    def state_dict(self) -> dict[str, object]:
+        """The facade's ``state_dict``."""
+        return self.facade.state_dict()
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        """The facade's ``load_state_dict``."""
+        self.facade.load_state_dict(state)

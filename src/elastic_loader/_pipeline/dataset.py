@@ -45,7 +45,7 @@ from ._gate import CheckpointGate
 from ._handle import TableHandle
 from ._positions import LocalShuffle
 from ._rowfile import RowFile
-from ._session import Lease, Session
+from ._session import EpochLink, Lease, Session
 from ._settings import Settings, settings_for
 from ._stats import Counters, Statistics, StatisticsView, new_shared, zero_worker_gauges
 from ._topology import check_workers, owned_splits, rank_block
@@ -411,7 +411,7 @@ class StreamingDataset(StatisticsView, IterableDataset[Any]):
         )
 
 
-class LoaderLink:
+class LoaderLink(EpochLink):
     """What StreamingDataLoader may do with its dataset: the one interface between the two.
 
     The loader holds the dataset's lease for its whole iteration, checks that
@@ -423,6 +423,7 @@ class LoaderLink:
     """
 
     def __init__(self, dataset: StreamingDataset) -> None:
+        super().__init__(dataset)
         self._dataset = dataset
 
     def check_workers(self, num_workers: int) -> None:
@@ -498,29 +499,6 @@ class LoaderLink:
         progress, assuming no row is skipped (packing: blocks; a projected split from its target)."""
         ds = self._dataset
         return ds._tracker.remaining(num_workers, ds._perm.split_len, ds._blocks_per_epoch)
-
-    def epoch_items(self, num_workers: int) -> list[int]:
-        """Items each worker role yields in a whole epoch without skipped rows."""
-        roles = max(num_workers, 1)
-        return [len(self._dataset) // roles] * roles
-
-    def next_epoch(self) -> int:
-        """Start the dataset's next epoch (its epoch number plus one) and return it."""
-        epoch = self._dataset.epoch + 1
-        self._dataset.set_epoch(epoch)
-        return epoch
-
-    def set_epoch(self, epoch: int) -> None:
-        """``StreamingDataset.set_epoch``."""
-        self._dataset.set_epoch(epoch)
-
-    def state_dict(self) -> dict[str, object]:
-        """``StreamingDataset.state_dict``."""
-        return self._dataset.state_dict()
-
-    def load_state_dict(self, state: dict[str, object]) -> None:
-        """``StreamingDataset.load_state_dict``."""
-        self._dataset.load_state_dict(state)
 
 
 @public

@@ -49,7 +49,7 @@ from ._mixture_state import (
     split_key,
     write,
 )
-from ._session import Lease
+from ._session import EpochLink, Lease
 from ._stats import Counters, new_shared, zero_worker_gauges
 from ._topology import check_workers, owned_splits, rank_block, role_splits
 
@@ -427,7 +427,7 @@ class StreamingMixture(IterableDataset[Any]):
         return f"StreamingMixture({weights}, num_splits={self.num_splits}, epoch={self.epoch})"
 
 
-class MixtureLink:
+class MixtureLink(EpochLink):
     """What StreamingDataLoader may do with a mixture: the same narrow interface as
     ``dataset.LoaderLink`` (lease, worker check, items, snapshot, commit, invalidate, epochs, state).
 
@@ -437,6 +437,7 @@ class MixtureLink:
     """
 
     def __init__(self, mixture: StreamingMixture) -> None:
+        super().__init__(mixture)
         self._mixture = mixture
 
     def check_workers(self, num_workers: int) -> None:
@@ -505,21 +506,3 @@ class MixtureLink:
         total, cycles = len(m._schedule), m._progress.cycles
         roles = range(max(num_workers, 1))
         return [sum(total - cycles[s] for s in role_splits(m._rank_splits, num_workers, r)) for r in roles]
-
-    def epoch_items(self, num_workers: int) -> list[int]:
-        roles = max(num_workers, 1)
-        return [len(self._mixture) // roles] * roles
-
-    def next_epoch(self) -> int:
-        epoch = self._mixture.epoch + 1
-        self._mixture.set_epoch(epoch)
-        return epoch
-
-    def set_epoch(self, epoch: int) -> None:
-        self._mixture.set_epoch(epoch)
-
-    def state_dict(self) -> dict[str, object]:
-        return self._mixture.state_dict()
-
-    def load_state_dict(self, state: dict[str, object]) -> None:
-        self._mixture.load_state_dict(state)

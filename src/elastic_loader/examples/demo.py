@@ -287,6 +287,71 @@ def _rate(attempt: Attempt, samples_per_step: int) -> str:
     return f"{(last - first) * samples_per_step / seconds:,.0f} samples/s" if seconds > 0 else "n/a"
 
 
+@dataclass(frozen=True)
+class Phase:
+    """How one launch of the job ended: how many processes were SIGKILLed (0 when the job was left
+    to finish), the launcher's exit status, and the seconds from the launch to the job's end."""
+
+    killed: int
+    status: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class _KilledJob:
+    """A training job launched twice: killed part-way, then resumed (both demos)."""
+
+    job_dir: Path
+    """Its checkpoint directory (step logs under ``steps/``)."""
+    output: Path
+    """Where the launcher's output goes."""
+    total: int
+    """Global steps in the epoch."""
+
+    def phase(
+        self,
+        attempt: int,
+        processes: int,
+        options: list[str],
+        desc: str,
+        kill: tuple[int, float] | None = None,
+    ) -> Phase:
+        """Launch attempt ``attempt`` on ``processes`` and follow its step log; with ``kill=(step,
+        pause)``, once ``step`` is logged, wait ``pause`` seconds and SIGKILL the whole process tree."""
+        t0 = time.perf_counter()
+        job = launch(processes, options, self.output)
+        log = self.job_dir / "steps" / f"attempt-{attempt:04d}.jsonl"
+        _follow(log, self.total, desc, None if kill is None else kill[0], job)
+        killed = 0
+        if kill is not None:
+            time.sleep(kill[1])
+            killed = kill_tree(job.pid)
+        status = job.wait()
+        return Phase(killed, status, time.perf_counter() - t0)
+
+    def launches(self) -> tuple[Attempt, Attempt, list[tuple[int, tuple[int, ...]]]] | None:
+        """The killed attempt, the resumed one and the effective steps; ``None`` (said on stdout)
+        when the step logs do not hold exactly two launches."""
+        attempts = read_attempts(self.job_dir)
+        if len(attempts) != 2:
+            print(
+                f"demo FAILED: expected 2 launches in the step logs, found {len(attempts)} "
+                f"(job output: {self.output})"
+            )
+            return None
+        a, b = attempts
+        return a, b, effective_steps(attempts)
+
+
+def _resume_checks(resumed: Attempt, status: int, total: int) -> dict[str, bool]:
+    """The self-checks of the resumed launch (``status``: its exit status; ``total``: steps per epoch)."""
+    return {
+        "phase B resumed mid-epoch on 2 processes": 0 < resumed.resumed_from < total
+        and resumed.world_size == 2,
+        "phase B finished the epoch cleanly": status == 0 and resumed.end == total,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the demo; 0 when every self-check passed."""
     parser = argparse.ArgumentParser(
@@ -328,38 +393,24 @@ def main(argv: list[str] | None = None) -> int:
     output = directory / "job.log"
     output.write_bytes(b"")
     logs = job_dir / "steps"
-    t0 = time.perf_counter()
-    job = launch(4, options, output)
-    _follow(logs / "attempt-0000.jsonl", total, "phase A: 4 processes", kill_after, job)
-    time.sleep(rng.uniform(0.0, 0.1))
-    killed = kill_tree(job.pid)
-    job.wait()
-    seconds_a = time.perf_counter() - t0
+    job = _KilledJob(job_dir, output, total)
+    phase_a = job.phase(0, 4, options, "phase A: 4 processes", (kill_after, rng.uniform(0.0, 0.1)))
     print(
-        f"phase A: SIGKILL to {killed} processes (ranks, fork servers, workers) {seconds_a:.1f}s after launch"
+        f"phase A: SIGKILL to {phase_a.killed} processes (ranks, fork servers, workers) "
+        f"{phase_a.seconds:.1f}s after launch"
     )
+    phase_b = job.phase(1, 2, options, "phase B: 2 processes")
 
-    t0 = time.perf_counter()
-    job = launch(2, options, output)
-    _follow(logs / "attempt-0001.jsonl", total, "phase B: 2 processes", None, job)
-    status = job.wait()
-    seconds_b = time.perf_counter() - t0
-
-    attempts = read_attempts(job_dir)
-    if len(attempts) != 2:
-        print(
-            f"demo FAILED: expected 2 launches in the step logs, found {len(attempts)} (job output: {output})"
-        )
+    launches = job.launches()
+    if launches is None:
         return 1
-    a, b = attempts
-    history = effective_steps(attempts)
+    a, b, history = launches
     counts = account(history, {0: set(range(ROWS))})
     ranks = [json.loads(p.read_text()) for p in sorted(logs.glob(f"{b.name}.rank-*.json"))]
     checkpoint = load_checkpoint(job_dir / train.CHECKPOINT)
     split_rows = [ROWS // NUM_SPLITS] * NUM_SPLITS
     checks = {
-        "phase B resumed mid-epoch on 2 processes": 0 < b.resumed_from < total and b.world_size == 2,
-        "phase B finished the epoch cleanly": status == 0 and b.end == total,
+        **_resume_checks(b, phase_b.status, total),
         "every global step equals the uninterrupted run's": history
         == [reference.steps[g] for g in sorted(reference.steps)],
         "no sample lost, duplicated or unexpected": (counts.lost, counts.duplicated, counts.unexpected)
@@ -373,7 +424,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     print()
     print(f"reference, 1 process in process:  {_rate(reference, per_step):>18} while training")
-    for name, attempt, seconds in (("phase A", a, seconds_a), ("phase B", b, seconds_b)):
+    for name, attempt, seconds in (("phase A", a, phase_a.seconds), ("phase B", b, phase_b.seconds)):
         print(
             f"{name}, {attempt.world_size} processes x 1 worker: {_rate(attempt, per_step):>18} "
             f"while training; "
@@ -455,28 +506,22 @@ def mixture_main(directory: Path, seed: int, scale: int = 1) -> int:
     )
     output = directory / "mixture-job.log"
     output.write_bytes(b"")
-    logs = job_dir / "steps"
     rng = random.Random(seed)
     kill_after = rng.randint(total * 3 // 10, total * 5 // 10)
     weights_a = ",".join(str(w) for w in WEIGHTS_A)
-    job = launch(4, [*common, "--weights", weights_a], output)
-    _follow(logs / "attempt-0000.jsonl", total, "phase A: 4 processes, weights 5:3:2", kill_after, job)
-    time.sleep(rng.uniform(0.0, 0.1))
-    killed = kill_tree(job.pid)
-    job.wait()
-    print(f"phase A: SIGKILL to {killed} processes")
-    job = launch(2, [*common, "--weights", ",".join(str(w) for w in WEIGHTS_B)], output)
-    _follow(logs / "attempt-0001.jsonl", total, "phase B: 2 processes, weights 2:3:5", None, job)
-    status = job.wait()
+    job = _KilledJob(job_dir, output, total)
+    options_a = [*common, "--weights", weights_a]
+    phase_a = job.phase(
+        0, 4, options_a, "phase A: 4 processes, weights 5:3:2", (kill_after, rng.uniform(0.0, 0.1))
+    )
+    print(f"phase A: SIGKILL to {phase_a.killed} processes")
+    options_b = [*common, "--weights", ",".join(str(w) for w in WEIGHTS_B)]
+    phase_b = job.phase(1, 2, options_b, "phase B: 2 processes, weights 2:3:5")
 
-    attempts = read_attempts(job_dir)
-    if len(attempts) != 2:
-        print(
-            f"demo FAILED: expected 2 launches in the step logs, found {len(attempts)} (job output: {output})"
-        )
+    launches = job.launches()
+    if launches is None:
         return 1
-    a, b = attempts
-    history = effective_steps(attempts)
+    a, b, history = launches
     checkpoint = load_checkpoint(job_dir / train.CHECKPOINT)
     opener = train.TableOpener(str(directory / "db"))
     sources = {
@@ -505,8 +550,7 @@ def mixture_main(directory: Path, seed: int, scale: int = 1) -> int:
     ]
     table = _proportions(history, regimes, schedule, per_step, cycles)
     checks = {
-        "phase B resumed mid-epoch on 2 processes": 0 < b.resumed_from < total and b.world_size == 2,
-        "phase B finished the epoch cleanly": status == 0 and b.end == total,
+        **_resume_checks(b, phase_b.status, total),
         "the new weights apply from the resumed step on (a second regime)": len(regimes) == 2
         and regimes[1][0] == b.resumed_from * cycles,
         "every global step holds the scheduled sources": step_sources == want_sources,

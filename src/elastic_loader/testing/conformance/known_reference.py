@@ -176,7 +176,21 @@ _BUFFER_KEYS_AND_STARTS: tuple[str, ...] = (
     "error_buffer_starts_unsorted",
     "error_buffer_starts_repeated",
 )
-"""Buffer keys and starts both families let through (N6), after the key cases each lists itself."""
+"""Buffer keys and starts both families let through (N6), listed after the key cases."""
+
+_BUFFER_KEYS_UNCHECKED: tuple[str, ...] = (
+    "error_buffer_key_twice",
+    "error_buffer_key_beyond_splits",
+    "error_buffer_key_negative",
+)
+"""Buffer keys not validated (N6), the same cases in ``merge`` and ``load`` (``merge`` adds one)."""
+
+_NEGATIVE_COUNTS: tuple[str, ...] = (
+    "error_row_negative_sample",
+    "error_row_negative_legacy_int",
+    "error_packed_negative_emitted",
+)
+"""Negative counts let through (D18), the same cases in ``merge`` and ``load``."""
 
 _MERGE_FAILURES: Mapping[str, tuple[str, ...]] = {
     D19: (
@@ -197,19 +211,9 @@ _MERGE_FAILURES: Mapping[str, tuple[str, ...]] = {
         "error_row_samples_too_short",
         "error_row_positions_too_long",
     ),
-    D18: (
-        "error_row_negative_sample",
-        "error_row_negative_legacy_int",
-        "error_packed_negative_emitted",
-    ),
+    D18: _NEGATIVE_COUNTS,
     N3: ("error_row_positions_below_samples",),
-    N6: (
-        "error_buffer_key_twice",
-        "error_buffer_key_beyond_splits",
-        "error_buffer_key_negative",
-        "error_buffer_key_not_a_number",
-        *_BUFFER_KEYS_AND_STARTS,
-    ),
+    N6: (*_BUFFER_KEYS_UNCHECKED, "error_buffer_key_not_a_number", *_BUFFER_KEYS_AND_STARTS),
     D5: (
         "error_fingerprint_only_in_second",
         "error_fingerprint_only_in_first",
@@ -246,17 +250,10 @@ _LOAD_FAILURES: Mapping[str, tuple[str, ...]] = {
         "error_row_legacy_beyond_split_end",
         "error_packed_consumed_beyond_split_end",
         "error_packed_emitted_beyond_budget",
-        "error_row_negative_sample",
-        "error_row_negative_legacy_int",
-        "error_packed_negative_emitted",
+        *_NEGATIVE_COUNTS,
     ),
     N3: ("error_row_positions_below_samples",),
-    N6: (
-        "error_buffer_key_twice",
-        "error_buffer_key_beyond_splits",
-        "error_buffer_key_negative",
-        *_BUFFER_KEYS_AND_STARTS,
-    ),
+    N6: (*_BUFFER_KEYS_UNCHECKED, *_BUFFER_KEYS_AND_STARTS),
     D5: ("error_fingerprint_on_random_split_dataset",),
 }
 

@@ -28,12 +28,12 @@ from .. import defaults
 from ..adapters import Implementation, accepts
 from ..machines import NOT_CHECKED
 from ..machines.runner import (
+    NOT_REPRODUCED,
     Machine,
     check_invariants,
     forced_seed,
     search_enforcing,
     shrunk_counterexample,
-    violation,
 )
 from ..tables import TableCache
 from .black_box import run_vectors
@@ -200,21 +200,16 @@ def _shrink_one(
     Returns:
         The counterexample text, and whether it holds a shrunk program.
     """
-    reported: list[object] = []
-    try:
-        search_enforcing(machine, implementation, tables, name, base, seconds, reported)
-    except Exception as error:
-        found = violation(error)
-        if found is None:
-            raise
-        if isinstance(error, FlakyStrategyDefinition):
-            return (
-                f"{explored}\n(not shrunk: the implementation behaved differently when the program was "
-                "replayed, so Hypothesis could not replay it; timing-dependent behaviour)",
-                False,
-            )
-        return shrunk_counterexample(found, error, reported), True
-    return f"{explored}\n(not reproduced when searching again; not shrunk)", False
+    again = search_enforcing(machine, implementation, tables, name, base, seconds)
+    if again is None:
+        return f"{explored}\n{NOT_REPRODUCED}", False
+    if isinstance(again.error, FlakyStrategyDefinition):
+        return (
+            f"{explored}\n(not shrunk: the implementation behaved differently when the program was "
+            "replayed, so Hypothesis could not replay it; timing-dependent behaviour)",
+            False,
+        )
+    return shrunk_counterexample(again), True
 
 
 PERMUTATION_INVARIANTS = (

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Collection, Iterator
+from dataclasses import dataclass
 
 import hypothesis.core
 from hypothesis import Phase, settings
@@ -142,17 +143,26 @@ def check_invariants(
     results: dict[str, str | None] = {name: observed.get(name) for name in checks(machine)}
     selected = set(observed) if shrink is True else set(observed) & set(shrink or ())
     for name in sorted(selected):
-        reported: list[object] = []
-        try:
-            search_enforcing(machine, implementation, tables, name, base, shrink_seconds, reported)
-        except Exception as error:
-            found = violation(error)
-            if found is None:
-                raise
-            results[name] = shrunk_counterexample(found, error, reported)
-        else:
-            results[name] = f"{observed[name]}\n(not reproduced when searching again; not shrunk)"
+        again = search_enforcing(machine, implementation, tables, name, base, shrink_seconds)
+        results[name] = (
+            f"{observed[name]}\n{NOT_REPRODUCED}" if again is None else shrunk_counterexample(again)
+        )
     return results
+
+
+NOT_REPRODUCED = "(not reproduced when searching again; not shrunk)"
+"""Appended to the exploration's text of a violation that searching again did not find."""
+
+
+@dataclass(frozen=True)
+class Reproduced:
+    """A violation that :func:`search_enforcing` found again."""
+
+    found: inv.InvariantViolation
+    error: Exception
+    """What the run raised (the violation, or an error holding it)."""
+    reported: list[object]
+    """Hypothesis's report lines."""
 
 
 def search_enforcing(
@@ -162,19 +172,30 @@ def search_enforcing(
     name: str,
     base: settings,
     shrink_seconds: int | None,
-    reported: list[object],
-) -> None:
-    """Search again with only ``name`` enforced, so Hypothesis shrinks its violation (raised).
+) -> Reproduced | None:
+    """Search again with only ``name`` enforced, so Hypothesis shrinks its violation.
 
-    Hypothesis's report lines go to ``reported``; shrinking stops after ``shrink_seconds``.
+    Returns the violation found, or ``None`` when the search did not find it again; an
+    error that holds no violation propagates. Shrinking stops after ``shrink_seconds``.
     """
-    bound = machine.bind(implementation, tables, enforced=frozenset({name}))
-    with shrink_limit(shrink_seconds), with_reporter(reported.append):
-        run_state_machine_as_test(bound, settings=settings(base, database=None, report_multiple_bugs=False))
+    reported: list[object] = []
+    try:
+        bound = machine.bind(implementation, tables, enforced=frozenset({name}))
+        with shrink_limit(shrink_seconds), with_reporter(reported.append):
+            run_state_machine_as_test(
+                bound, settings=settings(base, database=None, report_multiple_bugs=False)
+            )
+    except Exception as error:
+        found = violation(error)
+        if found is None:
+            raise
+        return Reproduced(found, error, reported)
+    return None
 
 
-def shrunk_counterexample(found: inv.InvariantViolation, error: BaseException, reported: list[object]) -> str:
+def shrunk_counterexample(again: Reproduced) -> str:
     """The violation's text, then the program Hypothesis shrank it to (from the error's notes)."""
+    found, error, reported = again.found, again.error, again.reported
     notes = list(getattr(found, "__notes__", []) or getattr(error, "__notes__", []))
     program: list[str] = []
     for line in notes:

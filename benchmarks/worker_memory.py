@@ -4,7 +4,7 @@ against a baseline worker that reads the same table with a trivial Dataset.
 Usage::
 
     nice -n 19 .venv/bin/python benchmarks/worker_memory.py [--rows 100000000 [1000000000 ...]]
-        [--batches 1000] [--rounds 3] [--save]
+        [--batches 1000] [--rounds 3] [--kinds plain,baseline,computed,computed_depth1] [--save]
 
 Issue 15 asks for <= 200 MB in the main process and in each worker at 100M rows. A worker's RSS
 holds the interpreter, torch, NumPy, pyarrow and LanceDB, which every DataLoader worker that reads
@@ -35,7 +35,8 @@ peak USS. The loader's own cost per worker is ``computed - baseline``; ``compute
 what importing elastic-loader costs.
 
 Results go to ``benchmarks/worker_memory.local.json`` or, with ``--save``,
-``benchmarks/worker_memory.json``, with the environment (``meta.py``).
+``benchmarks/worker_memory.json``, with the environment (``meta.py``), rewritten after every round
+(``rounds`` says how many finished).
 """
 
 from __future__ import annotations
@@ -238,20 +239,23 @@ FIGURES = {
 }
 
 
+PAIRS = (("computed", "baseline"), ("computed", "plain"), ("computed_depth1", "baseline"))
+"""The differences reported: (ours, the baseline it is compared with)."""
+
+
 def summarise(runs: dict[str, list[dict[str, Any]]], sizes: list[int]) -> dict[str, Any]:
-    """Medians per case, and the differences computed - baseline and computed - plain per size."""
+    """Medians per case, and the differences of ``PAIRS`` (both cases run) per size."""
     medians = {
         case: {name: round(statistics.median(f(r) for r in got), 1) for name, f in FIGURES.items()}
         for case, got in runs.items()
+        if got
     }
     differences: dict[str, Any] = {}
     for n in sizes:
-        for ours_kind, other in (
-            ("computed", "baseline"),
-            ("computed", "plain"),
-            ("computed_depth1", "baseline"),
-        ):
-            ours, theirs = medians[f"{ours_kind}@{n}"], medians[f"{other}@{n}"]
+        for ours_kind, other in PAIRS:
+            ours, theirs = medians.get(f"{ours_kind}@{n}"), medians.get(f"{other}@{n}")
+            if ours is None or theirs is None:
+                continue
             differences[f"{ours_kind}-{other}@{n}"] = {
                 name: round(ours[name] - theirs[name], 1)
                 for name in FIGURES
@@ -276,6 +280,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, nargs="+", default=[100_000_000])
     parser.add_argument("--batches", type=int, default=1000, help=f"batches of {BATCH} rows per case")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--kinds", default=",".join(KINDS), help="comma-separated cases to run")
     parser.add_argument("--save", action="store_true")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -286,28 +291,33 @@ def main() -> None:
 
     import meta
 
+    kinds = [k for k in args.kinds.split(",") if k]
+    unknown = set(kinds) - set(KINDS)
+    if unknown:
+        parser.error(f"unknown kinds {sorted(unknown)}; choose from {KINDS}")
     tables = {n: scale.build(n) for n in args.rows}
-    runs: dict[str, list[dict[str, Any]]] = {f"{k}@{n}": [] for n in args.rows for k in KINDS}
+    runs: dict[str, list[dict[str, Any]]] = {f"{k}@{n}": [] for n in args.rows for k in kinds}
     for round_ in range(args.rounds):
         for n in args.rows:
-            for kind in KINDS:
+            for kind in kinds:
                 got = spawn_case(kind, n, args.batches)
                 assert got["delivered"] == args.batches * BATCH, got
                 runs[f"{kind}@{n}"].append(got)
                 print(f"round {round_ + 1} {kind}@{n}: worker peak {got['worker_peak']}", flush=True)
-    summary = summarise(runs, args.rows)
+        # Written after every round: a run stopped early keeps the rounds it finished.
+        summary = summarise(runs, args.rows)
+        results = {
+            "environment": meta.environment(),
+            "command": " ".join(["benchmarks/worker_memory.py", *sys.argv[1:]]),
+            "tables": tables,
+            "rounds": round_ + 1,
+            "batches": args.batches,
+            "batch_size": BATCH,
+            "results": summary,
+            "raw": runs,
+        }
+        meta.write(meta.results_path("worker_memory", args.save), results)
     print_table(summary)
-    results = {
-        "environment": meta.environment(),
-        "command": " ".join(["benchmarks/worker_memory.py", *sys.argv[1:]]),
-        "tables": tables,
-        "rounds": args.rounds,
-        "batches": args.batches,
-        "batch_size": BATCH,
-        "results": summary,
-        "raw": runs,
-    }
-    meta.write(meta.results_path("worker_memory", args.save), results)
 
 
 if __name__ == "__main__":

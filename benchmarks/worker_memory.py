@@ -300,7 +300,11 @@ def main() -> None:
     for round_ in range(args.rounds):
         for n in args.rows:
             for kind in kinds:
-                got = spawn_case(kind, n, args.batches)
+                try:
+                    got = spawn_case(kind, n, args.batches)
+                except RuntimeError as exc:  # a worker lost on a shared machine: run the case again
+                    print(f"round {round_ + 1} {kind}@{n} failed, again: {str(exc)[-300:]}", flush=True)
+                    got = spawn_case(kind, n, args.batches)
                 assert got["delivered"] == args.batches * BATCH, got
                 runs[f"{kind}@{n}"].append(got)
                 print(f"round {round_ + 1} {kind}@{n}: worker peak {got['worker_peak']}", flush=True)

@@ -4,7 +4,8 @@ against a baseline worker that reads the same table with a trivial Dataset.
 Usage::
 
     nice -n 19 .venv/bin/python benchmarks/worker_memory.py [--rows 100000000 [1000000000 ...]]
-        [--batches 1000] [--rounds 3] [--kinds plain,baseline,computed,computed_depth1] [--save]
+        [--batches 1000] [--rounds 3] [--kinds plain,baseline,computed,computed_depth1]
+        [--save | --json PATH]
 
 Issue 15 asks for <= 200 MB in the main process and in each worker at 100M rows. A worker's RSS
 holds the interpreter, torch, NumPy, pyarrow and LanceDB, which every DataLoader worker that reads
@@ -282,6 +283,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--kinds", default=",".join(KINDS), help="comma-separated cases to run")
     parser.add_argument("--save", action="store_true")
+    parser.add_argument("--json", type=Path, default=None, help="write the results here instead")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -320,7 +322,7 @@ def main() -> None:
             "results": summary,
             "raw": runs,
         }
-        meta.write(meta.results_path("worker_memory", args.save), results)
+        meta.write(args.json or meta.results_path("worker_memory", args.save), results)
     print_table(summary)
 
 

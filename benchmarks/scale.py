@@ -13,7 +13,9 @@ runs in a fresh child process (so its peak RSS, ``ru_maxrss``, is its own) and r
 * ``construct``: ``StreamingDataset(table, num_splits=8, permutation=P)`` wall time, the time to
   its first row, and the child's peak RSS and its growth over the RSS after the imports;
 * ``worker``: ``StreamingDataLoader(ds, batch_size=1000, num_workers=1)``: time to the first
-  batch (worker start-up included) and the worker process's peak RSS (``VmHWM``);
+  batch (worker start-up included) and the worker process's peak RSS (``VmHWM``), torch and
+  LanceDB included (``worker_memory.py`` measures the loader's own share against a baseline
+  worker that reads the same table);
 * ``resume``: at ``--resume-rows``, a checkpoint taken after 1000 rows is loaded into a new
   dataset (construction + ``load_state_dict`` + first row), wall time; for the computed
   permutation, the builder, and the builder with its permutation cache

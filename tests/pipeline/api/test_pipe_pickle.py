@@ -1,10 +1,12 @@
-"""Pickling (D14, B16, B19): plain pickle works, no credentials leave, workers map the row ids."""
+"""Pickling (D14, B16, B19): plain pickle works, no credentials leave, workers map the row ids;
+a computed permutation travels as its parameters, a 10**9-row table's as small as a 64-row one's."""
 
 from __future__ import annotations
 
 import copy
 import functools
 import itertools
+import json
 import multiprocessing.context
 import os
 import pickle
@@ -12,8 +14,11 @@ from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 from typing import Any, ClassVar
 
+import lance
 import lancedb
 import numpy as np
+import pyarrow as pa
+from lance.fragment import FragmentMetadata
 
 from elastic_loader import StreamingDataset
 from elastic_loader._pipeline._lance import describe
@@ -188,3 +193,37 @@ def test_worker_payload_of_a_rank_iterates_its_splits(multi_table: Any) -> None:
     assert list(worker) == list(
         StreamingDataset(multi_table, num_splits=4, world_size=2, rank=1, columns=["id"])
     )
+
+
+def _table_of(root: Path, fragments: int, rows_per_fragment: int) -> Any:
+    """A Lance table ``t`` under ``root`` of ``fragments * rows_per_fragment`` rows on one data file's
+    disk: every fragment is the same file of ids ``0 .. rows_per_fragment - 1`` (ids repeat)."""
+    uri = str(root / "t.lance")
+    one = lance.write_dataset(pa.table({"id": np.arange(rows_per_fragment, dtype=np.int64)}), uri)
+    meta = one.get_fragments()[0].metadata.to_json()
+    copies = [FragmentMetadata.from_json(json.dumps(dict(meta, id=i))) for i in range(fragments)]
+    lance.LanceDataset.commit(uri, lance.LanceOperation.Overwrite(one.schema, copies), read_version=1)
+    return lancedb.connect(str(root)).open_table("t")
+
+
+def test_worker_payload_of_a_computed_permutation_stays_small_at_a_billion_rows(tmp_path: Path) -> None:
+    """What a worker receives for ``permutation="computed"`` does not grow with the table: at 10**9
+    rows (the builder would send 16 GB of row ids) it is the size of a 64-row table's, and the
+    worker's copy reads the same rows."""
+    billion = _table_of(tmp_path / "big", 1000, 10**6)
+    small = _table_of(tmp_path / "few", 1, 64)
+    assert billion.count_rows() == 10**9
+    payloads, plains = [], []
+    for table in (small, billion):
+        ds = StreamingDataset(table, num_splits=8, permutation="computed", columns=["id"])
+        payloads.append(spawn_pickle(ds))
+        plains.append(pickle.dumps(ds))
+    assert ds.split_size == 10**9 // 8
+    for blobs in (payloads, plains):
+        assert len(blobs[1]) < 4_000, len(blobs[1])
+        assert abs(len(blobs[1]) - len(blobs[0])) < 64, [len(b) for b in blobs]  # digits of N differ
+    worker = pickle.loads(payloads[1])
+    assert worker.split_size == ds.split_size
+    got = list(itertools.islice(iter(worker), 300))
+    assert got == list(itertools.islice(iter(ds), 300))
+    assert len({row["id"] for row in got}) > 250  # rows from all over the table, not one run

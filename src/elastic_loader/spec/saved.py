@@ -47,6 +47,7 @@ from .checkpoint import (
     Checkpoint,
     as_int,
     as_mapping,
+    as_split_dict,
     check_against,
     check_same_config,
     config_from,
@@ -268,23 +269,13 @@ def _split_ids(raw: object, num_splits: int, what: str) -> frozenset[int]:
     return frozenset(ids)
 
 
-def _split_key(key: object, num_splits: int) -> int:
-    if isinstance(key, str) and key.isdigit():
-        key = int(key)
-    if isinstance(key, bool) or not isinstance(key, int) or not 0 <= key < num_splits:
-        raise SpecValueError("projection_out_of_range", f"projected key {key!r} is not a split id")
-    return key
-
-
 def _parse_projections(raw: object, num_splits: int) -> dict[int, Projection]:
-    if not isinstance(raw, Mapping):
-        raise SpecValueError("checkpoint_value_type", "projected must be a dict")
-    out: dict[int, Projection] = {}
-    for key, value in raw.items():
-        s = _split_key(key, num_splits)
-        require(s not in out, "projection_out_of_range", f"split {s} is projected twice")
-        out[s] = Projection(as_int(value, "projected target"))
-    return out
+    codes = ("projection_out_of_range", "projection_out_of_range")
+    return as_split_dict(raw, num_splits, "projected", codes, _parse_projection)
+
+
+def _parse_projection(key: object, value: object) -> Projection:
+    return Projection(as_int(value, "projected target"))
 
 
 def _parse_cursor(raw: object) -> Cursor:

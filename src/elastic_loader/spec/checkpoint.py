@@ -10,16 +10,13 @@ consumed)``, ties going to the earlier state.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TypeVar
 
 from .errors import SpecRuntimeError, SpecTypeError, SpecValueError, require
 from .packing import PackBuffer, PackedState
 from .rows import RowState
 from .topology import PackingConfig, RunConfig
-
-V = TypeVar("V")
 
 HEAD_KEYS = ("shuffle_seed", "num_splits", "perm_fingerprint", "epoch")
 """Leading keys of every checkpoint; ``perm_fingerprint`` only with a ``split_strategy``."""
@@ -86,36 +83,25 @@ def as_int_list(value: object, length: int, what: str) -> tuple[int, ...]:
     return out
 
 
-def as_split_id(key: object, num_splits: int, code: str, what: str) -> int:
-    """A dict key naming a split: an int in ``[0, num_splits)`` or, after JSON, its decimal string
-    (a bool is not one); anything else fails with ``code``."""
+def as_split_id(key: object, num_splits: int) -> int | None:
+    """The split a dict key names: an int in ``[0, num_splits)`` or, after JSON, its decimal string
+    (a bool names none); ``None`` when it names none."""
     if isinstance(key, str) and key.isdigit():
         key = int(key)
     if isinstance(key, bool) or not isinstance(key, int) or not 0 <= key < num_splits:
-        raise SpecValueError(code, f"{what} key {key!r} is not a split id")
+        return None
     return key
 
 
-def as_split_dict(
-    raw: object,
-    num_splits: int,
-    what: str,
-    codes: tuple[str, str],
-    parse: Callable[[object, object], V | None],
-) -> dict[int, V]:
-    """A dict keyed by split id (:func:`as_split_id`; ``codes[0]`` otherwise), each split named once
-    (``codes[1]``: ``1`` and ``"1"`` name the same split), each value read by ``parse(key, value)``
-    (``None``: nothing is kept for that split)."""
+def split_entries(
+    raw: object, what: str, split_of: Callable[[object], int]
+) -> Iterator[tuple[int, object, object]]:
+    """``(split_of(key), key, value)`` for each entry of ``raw``, a dict keyed by split id, in order:
+    each key is checked just before its entry is read, so the first bad entry fails first."""
     if not isinstance(raw, Mapping):
         raise SpecValueError("checkpoint_value_type", f"{what} must be a dict")
-    out: dict[int, V] = {}
     for key, value in raw.items():
-        split = as_split_id(key, num_splits, codes[0], what)
-        require(split not in out, codes[1], f"split {split} is named twice in {what}")
-        parsed = parse(key, value)
-        if parsed is not None:
-            out[split] = parsed
-    return out
+        yield split_of(key), key, value
 
 
 def as_mapping(state: object) -> Mapping[str, object]:
@@ -169,23 +155,24 @@ def _parse_buffer(value: object, what: str) -> PackBuffer:
     return PackBuffer(tuple(as_int(t, what) for t in tokens), tuple(as_int(s, what) for s in starts))
 
 
-def _parse_nonempty_buffer(key: object, value: object) -> PackBuffer | None:
-    """The buffer of a ``pack_buffers`` entry; ``None`` for an empty one (a state holds none)."""
-    buffer = _parse_buffer(value, f"pack_buffers[{key!r}]")
-    return buffer if buffer.tokens else None
+def _split_key(key: object, num_splits: int) -> int:
+    split = as_split_id(key, num_splits)
+    if split is None:
+        raise SpecValueError("buffer_key_out_of_range", f"pack_buffers key {key!r} is not a split id")
+    return split
 
 
 def parse_packed(state: Mapping[str, object], num_splits: int) -> PackedState:
     require_keys(state, ("samples_consumed_per_split", "blocks_emitted_per_split", "pack_buffers"))
     consumed = as_int_list(state["samples_consumed_per_split"], num_splits, "samples_consumed_per_split")
     emitted = as_int_list(state["blocks_emitted_per_split"], num_splits, "blocks_emitted_per_split")
-    buffers = as_split_dict(
-        state["pack_buffers"],
-        num_splits,
-        "pack_buffers",
-        ("buffer_key_out_of_range", "buffer_key_duplicate"),
-        _parse_nonempty_buffer,
-    )
+    buffers: dict[int, PackBuffer] = {}
+    entries = split_entries(state["pack_buffers"], "pack_buffers", lambda key: _split_key(key, num_splits))
+    for split, key, value in entries:
+        require(split not in buffers, "buffer_key_duplicate", f"split {split} has two buffers")
+        buffer = _parse_buffer(value, f"pack_buffers[{key!r}]")
+        if buffer.tokens:
+            buffers[split] = buffer
     return PackedState(consumed, emitted, buffers)
 
 

@@ -47,7 +47,7 @@ from .checkpoint import (
     Checkpoint,
     as_int,
     as_mapping,
-    as_split_dict,
+    as_split_id,
     check_against,
     check_same_config,
     config_from,
@@ -58,6 +58,7 @@ from .checkpoint import (
     require_keys,
     snapshot_packed,
     snapshot_row,
+    split_entries,
 )
 from .errors import SpecValueError, require
 from .packing import PackBuffer, PackedState, iterate_packed
@@ -269,13 +270,19 @@ def _split_ids(raw: object, num_splits: int, what: str) -> frozenset[int]:
     return frozenset(ids)
 
 
+def _projected_split(key: object, num_splits: int) -> int:
+    split = as_split_id(key, num_splits)
+    if split is None:
+        raise SpecValueError("projection_out_of_range", f"projected key {key!r} is not a split id")
+    return split
+
+
 def _parse_projections(raw: object, num_splits: int) -> dict[int, Projection]:
-    codes = ("projection_out_of_range", "projection_out_of_range")
-    return as_split_dict(raw, num_splits, "projected", codes, _parse_projection)
-
-
-def _parse_projection(key: object, value: object) -> Projection:
-    return Projection(as_int(value, "projected target"))
+    out: dict[int, Projection] = {}
+    for s, _, value in split_entries(raw, "projected", lambda key: _projected_split(key, num_splits)):
+        require(s not in out, "projection_out_of_range", f"split {s} is projected twice")
+        out[s] = Projection(as_int(value, "projected target"))
+    return out
 
 
 def _parse_cursor(raw: object) -> Cursor:

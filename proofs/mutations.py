@@ -110,7 +110,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "batches-worker-major",
         "loader.py",
-        "deliver_batches",
+        "order_batches",
         "key=lambda b: (b[1], b[0])",
         "key=lambda b: (b[0], b[1])",
     ),
@@ -145,7 +145,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "walk-stops-early",
         "computed.py",
-        "computed_index",
+        "cycle_walk",
         "while y >= perm.num_rows:",
         "while y > perm.num_rows:",
     ),

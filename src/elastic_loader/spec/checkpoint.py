@@ -10,7 +10,7 @@ consumed)``, ties going to the earlier state.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from .errors import SpecRuntimeError, SpecTypeError, SpecValueError, require
@@ -83,6 +83,27 @@ def as_int_list(value: object, length: int, what: str) -> tuple[int, ...]:
     return out
 
 
+def as_split_id(key: object, num_splits: int) -> int | None:
+    """The split a dict key names: an int in ``[0, num_splits)`` or, after JSON, its decimal string
+    (a bool names none); ``None`` when it names none."""
+    if isinstance(key, str) and key.isdigit():
+        key = int(key)
+    if isinstance(key, bool) or not isinstance(key, int) or not 0 <= key < num_splits:
+        return None
+    return key
+
+
+def split_entries(
+    raw: object, what: str, split_of: Callable[[object], int]
+) -> Iterator[tuple[int, object, object]]:
+    """``(split_of(key), key, value)`` for each entry of ``raw``, a dict keyed by split id, in order:
+    each key is checked just before its entry is read, so the first bad entry fails first."""
+    if not isinstance(raw, Mapping):
+        raise SpecValueError("checkpoint_value_type", f"{what} must be a dict")
+    for key, value in raw.items():
+        yield split_of(key), key, value
+
+
 def as_mapping(state: object) -> Mapping[str, object]:
     if not isinstance(state, Mapping):
         raise SpecTypeError("checkpoint_type", f"a checkpoint is a dict, got {type(state).__name__}")
@@ -135,23 +156,19 @@ def _parse_buffer(value: object, what: str) -> PackBuffer:
 
 
 def _split_key(key: object, num_splits: int) -> int:
-    if isinstance(key, str) and key.isdigit():
-        key = int(key)
-    if isinstance(key, bool) or not isinstance(key, int) or not 0 <= key < num_splits:
+    split = as_split_id(key, num_splits)
+    if split is None:
         raise SpecValueError("buffer_key_out_of_range", f"pack_buffers key {key!r} is not a split id")
-    return key
+    return split
 
 
 def parse_packed(state: Mapping[str, object], num_splits: int) -> PackedState:
     require_keys(state, ("samples_consumed_per_split", "blocks_emitted_per_split", "pack_buffers"))
     consumed = as_int_list(state["samples_consumed_per_split"], num_splits, "samples_consumed_per_split")
     emitted = as_int_list(state["blocks_emitted_per_split"], num_splits, "blocks_emitted_per_split")
-    raw = state["pack_buffers"]
-    if not isinstance(raw, Mapping):
-        raise SpecValueError("checkpoint_value_type", "pack_buffers must be a dict")
     buffers: dict[int, PackBuffer] = {}
-    for key, value in raw.items():
-        split = _split_key(key, num_splits)
+    entries = split_entries(state["pack_buffers"], "pack_buffers", lambda key: _split_key(key, num_splits))
+    for split, key, value in entries:
         require(split not in buffers, "buffer_key_duplicate", f"split {split} has two buffers")
         buffer = _parse_buffer(value, f"pack_buffers[{key!r}]")
         if buffer.tokens:

@@ -24,6 +24,7 @@ Rules of this module (spec/COMPUTED.md is the prose definition; this code is the
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .errors import require
@@ -134,22 +135,24 @@ class ComputedPermutation:
         return 1 << (2 * self.half)
 
 
+def cycle_walk(perm: ComputedPermutation, network: Callable[[tuple[int, ...], int, int], int], x: int) -> int:
+    """Apply ``network`` (the Feistel network or its inverse) to ``x`` in ``[0, N)`` until the value
+    lies in ``[0, N)`` again: a bijection of ``[0, 4**half)`` walked this way is one of ``[0, N)``."""
+    require(0 <= x < perm.num_rows, "computed_index_out_of_range", f"index {x} outside [0, {perm.num_rows})")
+    y = network(perm.keys, perm.half, x)
+    while y >= perm.num_rows:
+        y = network(perm.keys, perm.half, y)
+    return y
+
+
 def computed_index(perm: ComputedPermutation, i: int) -> int:
     """``f(i)``: apply the network to ``i`` until the value lies in ``[0, N)`` (cycle-walking)."""
-    require(0 <= i < perm.num_rows, "computed_index_out_of_range", f"index {i} outside [0, {perm.num_rows})")
-    y = feistel_encrypt(perm.keys, perm.half, i)
-    while y >= perm.num_rows:
-        y = feistel_encrypt(perm.keys, perm.half, y)
-    return y
+    return cycle_walk(perm, feistel_encrypt, i)
 
 
 def computed_inverse(perm: ComputedPermutation, y: int) -> int:
     """``f^-1(y)``: apply the inverse network until the value lies in ``[0, N)``."""
-    require(0 <= y < perm.num_rows, "computed_index_out_of_range", f"index {y} outside [0, {perm.num_rows})")
-    x = feistel_decrypt(perm.keys, perm.half, y)
-    while x >= perm.num_rows:
-        x = feistel_decrypt(perm.keys, perm.half, x)
-    return x
+    return cycle_walk(perm, feistel_decrypt, y)
 
 
 def computed_positions(perm: ComputedPermutation, split: int, first: int, count: int) -> tuple[int, ...]:

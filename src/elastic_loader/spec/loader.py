@@ -19,26 +19,34 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
 
 from .checkpoint import commit_packed, commit_row, snapshot_packed, snapshot_row
 from .errors import require
 from .packing import Block, PackedRun, PackedState, initial_packed_state, iterate_packed
-from .rows import Faults, Raised, RowRun, RowState, Yielded, initial_row_state, iterate_rows
+from .rows import End, Faults, Raised, RowRun, RowState, Yielded, initial_row_state, iterate_rows
 from .topology import Permutation, RunConfig, Topology, owned_splits, rank_splits
 
 Item = Yielded | Block
 State = RowState | PackedState
 Run = RowRun | PackedRun
+ItemT = TypeVar("ItemT")
+StateT = TypeVar("StateT")
+ItemT_co = TypeVar("ItemT_co", covariant=True)
+StateT_co = TypeVar("StateT_co", covariant=True)
+Batch = tuple[int, int, tuple[ItemT, ...], StateT]
+"""``(worker, batch index, items, the worker's snapshot after them)``."""
 
 
 @dataclass(frozen=True)
-class Delivery:
-    """One batch as the trainer receives it, with the parent's state after committing it."""
+class Delivery(Generic[ItemT_co, StateT_co]):
+    """One batch as the trainer receives it, with the parent's state after committing it (items of
+    one table: rows or blocks; of a mixture: :class:`~.mixture.MixtureItem`)."""
 
     worker: int
     index: int
-    items: tuple[Item, ...]
-    committed: State
+    items: tuple[ItemT_co, ...]
+    committed: StateT_co
 
 
 @dataclass(frozen=True)
@@ -49,7 +57,7 @@ class LoaderRun:
     """
 
     start: State
-    deliveries: tuple[Delivery, ...]
+    deliveries: tuple[Delivery[Item, State], ...]
     error: Raised | None
     rotation: int = 0
     num_workers: int = 0
@@ -77,38 +85,74 @@ class LoaderRun:
         return self.start if n == 0 else self.deliveries[n - 1].committed
 
 
+def full_steps(
+    deliveries: Sequence[Delivery[ItemT, object]], batch: int, num_workers: int
+) -> list[tuple[ItemT, ...]]:
+    """One rank's global-step contributions: step ``g`` is its ``max(1, num_workers)`` batches of
+    index ``g``, each of ``batch`` items, in delivery order; the first step without them ends the
+    list."""
+    nw = max(1, num_workers)
+    full = [d for d in deliveries if len(d.items) == batch]
+    steps: list[tuple[ItemT, ...]] = []
+    for g in range(len(full) // nw):
+        group = full[g * nw : (g + 1) * nw]
+        if [d.index for d in group] != [g] * nw:
+            break
+        steps.append(tuple(item for d in group for item in d.items))
+    return steps
+
+
+class WorkerRun(Protocol[StateT_co]):
+    """What delivery reads of one worker's iterator run, besides its items."""
+
+    @property
+    def end(self) -> End: ...
+
+    def state_after(self, n: int) -> StateT_co: ...
+
+
 def _items(run: Run) -> tuple[Item, ...]:
     return run.rows if isinstance(run, RowRun) else run.blocks
 
 
-def deliver_batches(
-    runs: Sequence[Run], batch_size: int
-) -> tuple[list[tuple[int, int, tuple[Item, ...], State]], Raised | None]:
-    """Cut every worker run into batches and order them ``(batch index, worker)``.
+def order_batches(
+    runs: Sequence[WorkerRun[StateT]], items: Sequence[tuple[ItemT, ...]], batch_size: int
+) -> tuple[list[Batch[ItemT, StateT]], Raised | None]:
+    """Cut worker ``w``'s ``items[w]`` into batches and order them ``(batch index, worker)``.
 
-    Returns the delivered ``(worker, index, items, worker snapshot)`` list and
-    the error that stops delivery, if any.
+    A batch carries ``runs[w]``'s state after its last item. A worker whose run raised turns its
+    unfinished batch into the error: nothing from that ``(batch index, worker)`` on is delivered.
+    Returns the delivered batches and the error that stops delivery, if any.
     """
     require(batch_size >= 1, "batch_size_not_positive", "batch_size must be >= 1")
-    per_worker: list[list[tuple[int, int, tuple[Item, ...], State]]] = []
+    per_worker: list[list[Batch[ItemT, StateT]]] = []
     errors: list[tuple[int, int, Raised]] = []
-    for w, run in enumerate(runs):
-        items = _items(run)
-        full, rest = divmod(len(items), batch_size)
+    for w, (run, mine) in enumerate(zip(runs, items)):
+        full, rest = divmod(len(mine), batch_size)
         batches = [
-            (w, j, items[j * batch_size : (j + 1) * batch_size], run.state_after((j + 1) * batch_size))
+            (w, j, mine[j * batch_size : (j + 1) * batch_size], run.state_after((j + 1) * batch_size))
             for j in range(full)
         ]
         if isinstance(run.end, Raised):
             errors.append((full, w, run.end))
         elif rest:
-            batches.append((w, full, items[full * batch_size :], run.state_after(len(items))))
+            batches.append((w, full, mine[full * batch_size :], run.state_after(len(mine))))
         per_worker.append(batches)
     ordered = sorted((b for batches in per_worker for b in batches), key=lambda b: (b[1], b[0]))
     if not errors:
         return ordered, None
     j, w, error = min(errors, key=lambda e: (e[0], e[1]))
     return [b for b in ordered if (b[1], b[0]) < (j, w)], error
+
+
+def deliver_batches(runs: Sequence[Run], batch_size: int) -> tuple[list[Batch[Item, State]], Raised | None]:
+    """Cut every worker run (rows or blocks) into batches and order them ``(batch index, worker)``
+    (:func:`order_batches`).
+
+    Returns the delivered ``(worker, index, items, worker snapshot)`` list and
+    the error that stops delivery, if any.
+    """
+    return order_batches(runs, [_items(run) for run in runs], batch_size)
 
 
 def run_loader(
@@ -138,7 +182,7 @@ def run_loader(
         else:
             runs.append(iterate_rows(perm, faults, owned, parent))
     ordered, error = deliver_batches(runs, batch_size)
-    deliveries: list[Delivery] = []
+    deliveries: list[Delivery[Item, State]] = []
     current: State = parent
     for w, j, items, snapshot in ordered:
         if isinstance(current, PackedState):
@@ -204,14 +248,7 @@ def rank_steps(
         initial_row_state(config.num_splits) if corpus is None else initial_packed_state(config.num_splits)
     )
     run = run_loader(config, perm, faults, Topology(world_size, rank, num_workers), start, batch, corpus)
-    full = [d for d in run.deliveries if len(d.items) == batch]
-    steps: list[tuple[Item, ...]] = []
-    for g in range(len(full) // nw):
-        group = full[g * nw : (g + 1) * nw]
-        if [d.index for d in group] != [g] * nw:
-            break
-        steps.append(tuple(item for d in group for item in d.items))
-    return steps
+    return full_steps(run.deliveries, batch, num_workers)
 
 
 def topology_steps(

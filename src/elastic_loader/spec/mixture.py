@@ -59,6 +59,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .errors import require
+from .loader import Delivery, full_steps, order_batches
 from .mixture_schedule import (
     MixtureConfig,
     Regime,
@@ -317,21 +318,11 @@ def iterate_mixture(
 
 
 @dataclass(frozen=True)
-class MixtureDelivery:
-    """One batch as the trainer receives it, with the parent's state after committing it."""
-
-    worker: int
-    index: int
-    items: tuple[MixtureItem, ...]
-    committed: MixtureState
-
-
-@dataclass(frozen=True)
 class MixtureLoaderRun:
     """Every batch one rank's loader over a mixture delivers, and how it ends."""
 
     start: MixtureState
-    deliveries: tuple[MixtureDelivery, ...]
+    deliveries: tuple[Delivery[MixtureItem, MixtureState], ...]
     error: Raised | None
     rotation: int = 0
     num_workers: int = 0
@@ -349,30 +340,6 @@ class MixtureLoaderRun:
         """The parent's state after the trainer received ``n`` batches."""
         require(0 <= n <= len(self.deliveries), "prefix_out_of_range", "cannot receive more batches")
         return self.start if n == 0 else self.deliveries[n - 1].committed
-
-
-Batch = tuple[int, int, tuple[MixtureItem, ...], MixtureState]
-
-
-def _deliver(runs: Sequence[MixtureRun], batch_size: int) -> tuple[list[Batch], Raised | None]:
-    """Torch's in-order round robin over worker runs (as :func:`~.loader.deliver_batches`)."""
-    require(batch_size >= 1, "batch_size_not_positive", "batch_size must be >= 1")
-    batches: list[Batch] = []
-    errors: list[tuple[int, int, Raised]] = []
-    for w, run in enumerate(runs):
-        full, rest = divmod(len(run.items), batch_size)
-        for j in range(full):
-            part = run.items[j * batch_size : (j + 1) * batch_size]
-            batches.append((w, j, part, run.state_after((j + 1) * batch_size)))
-        if isinstance(run.end, Raised):
-            errors.append((full, w, run.end))
-        elif rest:
-            batches.append((w, full, run.items[full * batch_size :], run.state_after(len(run.items))))
-    ordered = sorted(batches, key=lambda b: (b[1], b[0]))
-    if not errors:
-        return ordered, None
-    j, w, error = min(errors, key=lambda e: (e[0], e[1]))
-    return [b for b in ordered if (b[1], b[0]) < (j, w)], error
 
 
 def _stored(entries: Entries, source: int, epoch: int, split: int) -> SplitValue | None:
@@ -436,12 +403,12 @@ def run_mixture_loader(
         role = (w + rotation) % max(1, nw)
         owned = owned_splits(config.num_splits, Topology(topology.world_size, topology.rank, nw, role))
         runs.append(iterate_mixture(config, regimes, data, owned, parent, schedule))
-    ordered, error = _deliver(runs, batch_size)
-    deliveries: list[MixtureDelivery] = []
+    ordered, error = order_batches(runs, [run.items for run in runs], batch_size)
+    deliveries: list[Delivery[MixtureItem, MixtureState]] = []
     current = parent
     for w, j, items, snapshot in ordered:
         current = join_mixture(config, data, schedule, [current, snapshot])
-        deliveries.append(MixtureDelivery(w, j, items, current))
+        deliveries.append(Delivery(w, j, items, current))
     return MixtureLoaderRun(parent, tuple(deliveries), error, rotation, nw)
 
 
@@ -511,13 +478,6 @@ def mixture_topology_steps(
         run = run_mixture_loader(
             config, regimes, data, Topology(world_size, r, num_workers), initial_mixture_state(config), batch
         )
-        full = [d for d in run.deliveries if len(d.items) == batch]
-        steps: list[tuple[MixtureItem, ...]] = []
-        for g in range(len(full) // nw):
-            group = full[g * nw : (g + 1) * nw]
-            if [d.index for d in group] != [g] * nw:
-                break
-            steps.append(tuple(i for d in group for i in d.items))
-        per_rank.append(steps)
+        per_rank.append(full_steps(run.deliveries, batch, num_workers))
     count = min(len(steps) for steps in per_rank)
     return tuple(frozenset(item_key(i) for steps in per_rank for i in steps[g]) for g in range(count))

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from .errors import require
 from .inference import Pass, rank_checkpoint
-from .loader import Delivery, Item, LoaderRun, run_loader
+from .loader import Delivery, Item, LoaderRun, State, run_loader
 from .rows import Faults
 from .saved import Saved, load_for_rank, merge_state_dicts, resolve, snapshot_saved
 from .topology import Permutation, RunConfig, Topology, owned_splits, rank_splits
@@ -67,7 +67,7 @@ class RankResult:
     checkpoint: Saved
 
     @property
-    def deliveries(self) -> tuple[Delivery, ...]:
+    def deliveries(self) -> tuple[Delivery[Item, State], ...]:
         """The batches the trainer received."""
         return self.run.deliveries[: self.taken]
 

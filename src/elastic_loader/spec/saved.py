@@ -47,6 +47,7 @@ from .checkpoint import (
     Checkpoint,
     as_int,
     as_mapping,
+    as_split_id,
     check_against,
     check_same_config,
     config_from,
@@ -57,6 +58,7 @@ from .checkpoint import (
     require_keys,
     snapshot_packed,
     snapshot_row,
+    split_entries,
 )
 from .errors import SpecValueError, require
 from .packing import PackBuffer, PackedState, iterate_packed
@@ -268,20 +270,16 @@ def _split_ids(raw: object, num_splits: int, what: str) -> frozenset[int]:
     return frozenset(ids)
 
 
-def _split_key(key: object, num_splits: int) -> int:
-    if isinstance(key, str) and key.isdigit():
-        key = int(key)
-    if isinstance(key, bool) or not isinstance(key, int) or not 0 <= key < num_splits:
+def _projected_split(key: object, num_splits: int) -> int:
+    split = as_split_id(key, num_splits)
+    if split is None:
         raise SpecValueError("projection_out_of_range", f"projected key {key!r} is not a split id")
-    return key
+    return split
 
 
 def _parse_projections(raw: object, num_splits: int) -> dict[int, Projection]:
-    if not isinstance(raw, Mapping):
-        raise SpecValueError("checkpoint_value_type", "projected must be a dict")
     out: dict[int, Projection] = {}
-    for key, value in raw.items():
-        s = _split_key(key, num_splits)
+    for s, _, value in split_entries(raw, "projected", lambda key: _projected_split(key, num_splits)):
         require(s not in out, "projection_out_of_range", f"split {s} is projected twice")
         out[s] = Projection(as_int(value, "projected target"))
     return out

@@ -516,19 +516,19 @@ def iterate(
     pad: int,
     budget: int,
     counters: Counters,
+    read_ahead_bytes: int,
     targets: list[int | None] | None = None,
-    read_ahead_bytes: int | None = None,
 ) -> Iterator[dict[str, torch.Tensor]]:
     """Yield ``{"input_ids", "doc_ids"}`` blocks of the owned splits in canonical order.
 
     Projected splits first replay their blocks up to ``targets`` (not yielded); then lagging
     splits catch up one block at a time; then every cycle yields one block per owned split, k
-    cycles at a time with k within ``read_ahead_bytes`` (``None``: no byte cap).
+    cycles at a time with k within ``read_ahead_bytes`` (at least one cycle).
     """
     streams = feed.streams
     n = len(streams)
     cycle_bytes = n * length * BLOCK_BYTES_PER_TOKEN
-    most = MAX_CHUNK_CYCLES if read_ahead_bytes is None else max(1, read_ahead_bytes // cycle_bytes)
+    most = max(1, read_ahead_bytes // cycle_bytes)
     if targets is not None:
         _replay(pipeline, feed, targets, length, pad, counters, min(most * n, MAX_CHUNK_CYCLES))
     yield from _catch_up(pipeline, feed, length, pad, counters)

@@ -69,3 +69,24 @@ def test_units_of_thousands_of_documents_follow_the_spec(
     assert len(got) == len(model.blocks) == budget
     assert got == [b.input_ids for b in model.blocks]
     assert max(calls) > 1024  # one sorted read of more than 1,024 documents
+
+
+@pytest.mark.parametrize("cycles", [1, 1.5, 3.25])
+def test_a_budget_of_a_few_cycles_cuts_small_chunks_with_the_same_blocks(
+    many_docs: Any, cycles: float
+) -> None:
+    """``read_ahead_bytes`` that holds only one to three cycles of blocks (2 splits x 16 tokens x 16
+    bytes a token) makes every chunk one to three cycles: the blocks are the default's, in order
+    (Origin: a mutant computing the chunk cap as a float survived; no packing test used a budget
+    below 1,024 cycles)."""
+    kwargs: dict[str, Any] = {
+        "num_splits": 2,
+        "columns": ["tokens"],
+        "pack_sequences": LENGTH,
+        "eos_id": EOS,
+        "pad_id": PAD,
+        "blocks_per_epoch": 400,
+    }
+    expected = [b["input_ids"].tolist() for b in StreamingDataset(many_docs, **kwargs)]
+    small = StreamingDataset(many_docs, **kwargs, read_ahead_bytes=int(cycles * 2 * LENGTH * 16))
+    assert [b["input_ids"].tolist() for b in small] == expected

@@ -93,3 +93,21 @@ def test_the_chunk_being_handed_out_is_held_until_it_ends() -> None:
     assert feed.held_bytes() == 2000  # the first chunk's 600 bytes were released when it ended
     assert list(rows) == [12, 11, 13]
     assert feed.held_bytes() == 0
+
+
+def test_value_bytes_measures_two_levels_of_lists_and_sampled_bytes_the_middle_value() -> None:
+    """A list inside a list is the second level (measured); ``sampled_bytes`` samples the first,
+    middle (``len // 2``) and last values (Origin: mutants of both survived)."""
+    assert value_bytes([[b"abc"], b"de"]) == 5
+    assert value_bytes({"a": [b"abcd"]}) == 4
+    assert sampled_bytes([b"a", b"bb", b"ccc", b"dddd", b"eeeee"]) == 3.0  # (1 + 3 + 5) / 3
+
+
+def test_a_row_weighs_its_units_bytes_per_row_and_nothing_when_both_measures_are_zero() -> None:
+    """Origin: mutants of the per-row weight in ``RowFeed.distribute`` survived."""
+    feed, counters = RowFeed(1), Counters()
+    feed.distribute(_unit(1, 500, [1]), RowPayload([7], None, None), counters)
+    assert feed.held_bytes() == 500  # one row of a 500-byte unit: all 500 bytes
+    empty = RowFeed(1)
+    empty.distribute(_unit(3, 0, [3]), RowPayload([1, 2, 3], None, None), counters)
+    assert empty.held_bytes() == 0  # no Arrow bytes, ints measure 0: nothing is counted

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import pyarrow as pa
 import pytest
+from columnar_harness import run
 
 from elastic_loader import LocalShuffle, StreamingDataLoader, StreamingDataset
 from elastic_loader.spec import (
@@ -27,24 +27,6 @@ from elastic_loader.spec import (
 from elastic_loader.spec.loader import run_loader
 
 KINDS: list[Any] = ["local", LocalShuffle(clump=4, window=7), LocalShuffle(clump=2, window=3), "computed"]
-
-
-def ids_of(batch: Any) -> list[int]:
-    if isinstance(batch, list):
-        return [row["id"] for row in batch]
-    if isinstance(batch, pa.RecordBatch):
-        return batch.column("id").to_pylist()
-    return [int(v) for v in batch["id"]]
-
-
-def run(loader: StreamingDataLoader, stop: int | None = None) -> tuple[list[list[int]], list[dict[str, Any]]]:
-    got, states = [], []
-    for batch in loader:
-        got.append(ids_of(batch))
-        states.append(loader.state_dict())
-        if stop is not None and len(got) == stop:
-            break
-    return got, states
 
 
 def spec_batches(

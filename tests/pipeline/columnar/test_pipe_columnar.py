@@ -20,7 +20,7 @@ import torch
 from columnar_harness import run
 from hypothesis import given, strategies as st
 
-from elastic_loader import StreamingDataLoader, StreamingDataset
+from elastic_loader import LocalShuffle, StreamingDataLoader, StreamingDataset
 from elastic_loader.spec import Faults, RowState, RunConfig, Topology, run_loader
 
 
@@ -102,9 +102,14 @@ def test_resume_between_modes(multi_table: Any, stop: int) -> None:
     assert head + tail + rest == whole
 
 
-def test_resume_from_a_plain_iteration_mid_cycle(multi_table: Any) -> None:
-    """A dataset checkpoint taken after 5 rows of 4 splits: both modes continue with the same batches."""
-    kwargs: dict[str, Any] = {"num_splits": 4}
+@pytest.mark.parametrize(
+    "permutation", [{}, {"permutation": LocalShuffle(clump=4, window=7)}], ids=["builder", "local"]
+)
+def test_resume_from_a_plain_iteration_mid_cycle(multi_table: Any, permutation: dict[str, Any]) -> None:
+    """A dataset checkpoint taken after 5 rows of 4 splits (splits at different counts): the lagging
+    splits catch up first and both modes continue with the same batches, over the builder's and a
+    local permutation."""
+    kwargs: dict[str, Any] = {"num_splits": 4, **permutation}
     ds = StreamingDataset(multi_table, **kwargs)
     it = iter(ds)
     for _ in range(5):
@@ -116,6 +121,7 @@ def test_resume_from_a_plain_iteration_mid_cycle(multi_table: Any) -> None:
     col_ds.load_state_dict(state)
     expected = run(rows_loader(rows_ds, batch_size=4))
     assert run(StreamingDataLoader(col_ds, batch_size=4, batch_format="arrow")) == expected
+    assert sum(map(len, expected[0])) == 200 - 5  # every row after the first five, once
 
 
 def test_formats(multi_table: Any) -> None:

@@ -89,24 +89,6 @@ def test_a_columnar_checkpoint_resumes_both_modes(multi_table: Any, kind: Any, s
     assert run(rows)[0] == whole[stop:]
 
 
-def test_a_plain_iteration_mid_cycle_resumes_columnar(multi_table: Any) -> None:
-    """A dataset checkpoint after 5 rows of 4 splits (splits at different counts): the lagging splits
-    catch up first, in both modes, over a local permutation."""
-    kwargs: dict[str, Any] = {"num_splits": 4, "permutation": LocalShuffle(clump=4, window=7)}
-    ds = StreamingDataset(multi_table, **kwargs)
-    it = iter(ds)
-    for _ in range(5):
-        next(it)
-    state = ds.state_dict()
-    it.close()
-    col_ds, row_ds = StreamingDataset(multi_table, **kwargs), StreamingDataset(multi_table, **kwargs)
-    col_ds.load_state_dict(state)
-    row_ds.load_state_dict(state)
-    got = run(StreamingDataLoader(col_ds, batch_size=4, batch_format="arrow"))
-    assert got == run(StreamingDataLoader(row_ds, batch_size=4, collate_fn=list))
-    assert sum(map(len, got[0])) == 200 - 5
-
-
 def test_workers_deliver_the_specs_batches_and_resume(multi_table: Any) -> None:
     """Two real DataLoader workers over a local permutation: the spec's batches, row mode's
     checkpoints, and a resume from a mid-epoch columnar checkpoint (one worker run each)."""

@@ -16,7 +16,7 @@ import pytest
 import torch
 from lancedb.streaming import StreamingDataset as Reference
 
-from elastic_loader import StreamingDataset
+from elastic_loader import StreamingDataset, merge_state_dicts
 from elastic_loader.spec import Faults, PackingConfig, RowState, iterate_packed, iterate_rows
 from elastic_loader.spec.packing import initial_packed_state
 from elastic_loader.spec.rows import Raised, initial_row_state
@@ -360,6 +360,36 @@ def test_packing_raises_null_tokens_at_the_cycle_that_needs_them(
         expected = model.states[-1]
         assert state["samples_consumed_per_split"] == list(expected.consumed)
         assert state["blocks_emitted_per_split"] == list(expected.emitted)
+
+
+@pytest.mark.parametrize("bad_id", sorted({7, 22, 41, 33}))
+def test_a_lagging_splits_bad_document_raises_during_the_packed_catch_up(
+    null_table: Any, perm_of: Any, bad_id: int
+) -> None:
+    """The other rank ahead, the failing split's rank at its start, merged, resumed on one rank: the
+    failing split catches up block by block and raises the document's own error at the block that
+    needs it, after the blocks before it (Origin: mutants of the packed catch-up's error path survived)."""
+    others = sorted({7, 22, 41, 33} - {bad_id})
+    flt = f"id NOT IN ({', '.join(map(str, others))})"
+    kwargs = {**PACK, "num_splits": 2, "blocks_per_epoch": 40, "filter": flt}
+    failing = next(s for s, ids in enumerate(perm_of(null_table, num_splits=2, filter=flt)) if bad_id in ids)
+    whole: list[Any] = []  # the single-rank run: cycles of (split 0, split 1) up to the bad block
+    with pytest.raises(ValueError, match="null"):
+        for block in StreamingDataset(null_table, **kwargs):
+            whole.append(tuple(block["input_ids"].tolist()))
+    cycles = len(whole) // 2  # the failing split's blocks before its error
+    ahead = StreamingDataset(null_table, world_size=2, rank=1 - failing, **kwargs)
+    it = iter(ahead)
+    assert len(list(itertools.islice(it, cycles + 1))) == cycles + 1  # the other split passes the bad block
+    it.close()
+    behind = StreamingDataset(null_table, world_size=2, rank=failing, **kwargs)
+    resumed = StreamingDataset(null_table, **kwargs)
+    resumed.load_state_dict(merge_state_dicts([ahead.state_dict(), behind.state_dict()]))
+    got: list[Any] = []
+    with pytest.raises(ValueError, match="null"):
+        for block in resumed:
+            got.append(tuple(block["input_ids"].tolist()))
+    assert got == [whole[2 * k + failing] for k in range(cycles)]
 
 
 def test_first_rows_are_never_lost_before_a_late_error(multi_table: Any, perm_of: Any) -> None:

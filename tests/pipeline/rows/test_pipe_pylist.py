@@ -44,6 +44,7 @@ COLUMNS: dict[str, pa.Array] = {
     "fsb64": _fsb(64, False),
     "fsb8_nulls": _fsb(8, True),
     "fsb1": _fsb(1, False),
+    "fsb0": pa.array([b""] * N, pa.binary(0)),  # zero-width values: empty bytes, no buffer to slice
     "list_int": pa.array([list(range(i % 4)) for i in range(N)]),
     "fixed_list_float": pa.array([[float(i), 0.5] for i in range(N)], pa.list_(pa.float32(), 2)),
     "struct": pa.array([{"a": i, "b": str(i)} for i in range(N)]),
@@ -93,3 +94,5 @@ def test_duplicate_names_and_no_columns_are_arrows() -> None:
     check(dup)
     empty = pa.RecordBatch.from_pydict({}).slice(0, 0)
     assert pylist(empty) == empty.to_pylist()
+    no_columns = pa.RecordBatch.from_struct_array(pa.array([{}] * 3, pa.struct([])))  # rows, no columns
+    assert pylist(no_columns) == no_columns.to_pylist() == [{}, {}, {}]

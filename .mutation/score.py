@@ -108,6 +108,11 @@ def score(args: argparse.Namespace, explained: dict[str, tuple[str, str]]) -> in
         print(f"\n{len(unexplained)} surviving mutants without an explanation (`mutmut show NAME`):")
         for name, status in unexplained:
             print(f"  {name} ({status})")
+    stale = sorted(set(explained) - {name for name, *_ in survivors})
+    if stale:  # killed by a later test, or renumbered when their function changed
+        print(f"\n{len(stale)} explanations name no surviving mutant (remove them from explained.tsv):")
+        for name in stale:
+            print(f"  {name}")
     if failing:
         print(f"\nmutation score below {args.target}% in: {', '.join(failing)}")
     return 1 if unexplained or failing else 0

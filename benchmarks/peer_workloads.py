@@ -39,6 +39,7 @@ import pyarrow as pa
 sys.path.insert(0, str(Path(__file__).parent))
 
 import workloads as w
+from elastic_loader import LocalShuffle
 
 PEERS = w.DATA / "peers"
 TAKE_CHUNK = 16_384
@@ -399,8 +400,8 @@ def mds_rows_run(path: Path) -> Callable[[], np.ndarray]:
 # ---------------------------------------------------------------- packing
 
 
-def packed_elastic(table: Any, spec: w.TokenTable) -> Callable[[], int]:
-    return w.packed_epoch("elastic_loader", table, spec, num_splits=NUM_SPLITS)
+def packed_elastic(table: Any, spec: w.TokenTable, **options: Any) -> Callable[[], int]:
+    return w.packed_epoch("elastic_loader", table, spec, num_splits=NUM_SPLITS, **options)
 
 
 def raw_take_tokens(table: Any) -> Callable[[], int]:
@@ -473,8 +474,11 @@ class Loader:
 ELASTIC_MODES: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("", "", {}),
     ("_noshuffle", ", shuffle=False (storage order: cheap reads)", {"shuffle": False}),
-    # H14's locality-aware permutation goes here in one line, e.g.
-    # ("_local", ", permutation='local'", {"permutation": "local"}),
+    (
+        "_local_32_256",
+        ", LocalShuffle(clump=32, window=256) (passes the quality bar at 2M rows)",
+        {"permutation": LocalShuffle(clump=32, window=256)},
+    ),
 )
 """Read orders every elastic-loader mode below runs in: (name suffix, description suffix, options).
 The default order (suffix "") is the baseline of every ratio."""
@@ -553,6 +557,12 @@ ROW_LOADERS = (
 
 TOKEN_LOADERS = (
     Loader("elastic_loader", "elastic-loader pack_sequences=2048, defaults (8 splits)", None, packed_elastic),
+    Loader(
+        "elastic_local_8_64",
+        "elastic-loader pack_sequences=2048, LocalShuffle(clump=8, window=64) (passes the bar at 200k docs)",
+        None,
+        lambda t, spec: packed_elastic(t, spec, permutation=LocalShuffle(clump=8, window=64)),
+    ),
     Loader(
         "raw_take_16k",
         "raw random take, 16384 documents per call, Arrow",

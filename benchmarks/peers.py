@@ -67,7 +67,7 @@ def measure(runs: dict[str, Callable[[], Any]], rounds: int, on_first: Callable[
             samples[name].append(items / seconds)
             counts[name].append(items)
             print(
-                f"  round {r + 1}/{rounds} {name:22s} {items / seconds:>14,.0f} items/s ({seconds:.2f} s)",
+                f"  round {r + 1}/{rounds} {name:30s} {items / seconds:>14,.0f} items/s ({seconds:.2f} s)",
                 flush=True,
             )
             if r == 0:
@@ -141,16 +141,16 @@ def packing_workload(docs: int, rounds: int, only: set[str], skip: set[str]) -> 
 
 def print_table(title: str, workload: dict) -> None:
     print(f"\n{title} ({workload['unit']})")
-    header = f"{'loader':22s} {'items/s':>13s} {'ratio':>7s}"
+    header = f"{'loader':30s} {'items/s':>13s} {'ratio':>7s}"
     if any("quality" in entry for entry in workload["loaders"].values()):
         header += f" {'|corr|':>7s} {'adjacent':>8s} {'head10':>7s} {'headKS':>7s} {'rows':>12s}"
     print(header)
     for name, entry in workload["loaders"].items():
         if "skipped" in entry:
-            print(f"{name:22s} {entry['skipped']}")
+            print(f"{name:30s} {entry['skipped']}")
             continue
         ratio = entry["ratio_to_elastic_loader"]
-        line = f"{name:22s} {entry['items_per_s']:>13,.0f} {'' if ratio is None else f'{ratio:.2f}':>7s}"
+        line = f"{name:30s} {entry['items_per_s']:>13,.0f} {'' if ratio is None else f'{ratio:.2f}':>7s}"
         q = entry.get("quality")
         if q is not None:
             line += (

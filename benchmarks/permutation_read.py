@@ -3,7 +3,8 @@
 Usage::
 
     .venv/bin/python benchmarks/permutation_read.py [--rows 2000000] [--repeats 3] [--docs 200000]
-        [--kinds builder,computed,local,...] [--items rows,ids,columnar,packing] [--name NAME] [--fresh] [--save]
+        [--kinds builder,computed,local,...] [--items rows,ids,columnar,packing] [--name NAME]
+        [--fresh] [--save]
 
 Builds once (under ``benchmarks/.data``) a Lance table of ``--rows`` rows: ``id`` int64 and
 ``payload`` (64 random bytes), in fragments of 1M rows. Each round iterates one whole epoch of

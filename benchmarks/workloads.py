@@ -185,8 +185,10 @@ def rows_epoch(impl: str, table: Any, num_splits: int = 8) -> Callable[[], int]:
     return run
 
 
-def packed_epoch(impl: str, table: Any, spec: TokenTable, num_splits: int = 8) -> Callable[[], int]:
-    """One packed epoch at default settings, counting tokens (padding included)."""
+def packed_epoch(
+    impl: str, table: Any, spec: TokenTable, num_splits: int = 8, **options: Any
+) -> Callable[[], int]:
+    """One packed epoch at default settings (``options`` over them), counting tokens (padding included)."""
     cls = _dataset_class(impl)
     budget = blocks_per_epoch(table, spec, num_splits)
 
@@ -200,6 +202,7 @@ def packed_epoch(impl: str, table: Any, spec: TokenTable, num_splits: int = 8) -
             eos_id=-1,
             pad_id=-2,
             blocks_per_epoch=budget,
+            **options,
         )
         return sum(int(block["input_ids"].numel()) for block in ds)
 

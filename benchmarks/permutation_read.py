@@ -303,6 +303,11 @@ def main() -> None:
             "results": summary,
             "quality": {"rows (delivered ids)": qualities, "packing (document read order)": pack_quality},
             "quality_definitions": quality.DEFINITIONS,
+            "quality_bar": quality.BAR,
+            "passes_bar": {
+                section: {kind: quality.passes(q) for kind, q in measures.items()}
+                for section, measures in (("rows", qualities), ("packing", pack_quality))
+            },
             "raw": rates,
         }
         meta.write(path, results)  # after every round: an interrupted run keeps its finished rounds

@@ -107,6 +107,18 @@ def summary(ids: Sequence[int] | np.ndarray, table_rows: int) -> dict[str, float
     }
 
 
+BAR = {"abs_corr": 0.01, "adjacent": 0.01, "head_decile_spread": 0.05}
+"""Issue 15's quality bar, measure by measure (each at most this): no trend between position and
+id, at most 1% of adjacent pairs consecutive, and the table's first 1% spread evenly over the
+epoch, read as: every tenth of the epoch delivers between 5% and 15% of those rows (a seeded
+random permutation of 2M rows scores 0.0003, 0.0000 and 0.003)."""
+
+
+def passes(measures: dict[str, float]) -> bool:
+    """Whether the measures of :func:`summary` meet :data:`BAR`."""
+    return all(measures[name] <= most for name, most in BAR.items())
+
+
 DEFINITIONS = {
     "abs_corr": "|Pearson corr(position, id)| over the full pass (0 = no trend, 1 = table order)",
     "adjacent": "fraction of adjacent delivered pairs whose ids differ by exactly 1",

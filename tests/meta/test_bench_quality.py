@@ -149,3 +149,22 @@ def test_measures_match_their_definitions(data: st.DataObject) -> None:
     assert q["adjacent"] == pytest.approx(consecutive / len(pairs) if pairs else 0.0)
     assert q["head_decile_spread"] == pytest.approx(_naive_spread(ids, table_rows), abs=1e-12)
     assert q["head_ks"] == pytest.approx(_naive_ks(ids, table_rows), abs=1e-12)
+
+
+def test_the_bar_passes_a_global_shuffle_and_fails_each_kind_of_locality() -> None:
+    """``passes``: a seeded global permutation meets the bar; blocks of two, a trend, and a head
+    delivered all at once mid-epoch each fail it on their own measure."""
+    n = 200_000
+    rng = np.random.default_rng(1)
+    shuffled = rng.permutation(n)
+    assert quality.passes(quality.summary(shuffled, n))
+    pairs = (rng.permutation(n // 2)[:, None] * 2 + np.arange(2)).reshape(-1)  # adjacent 1/2
+    assert not quality.passes(quality.summary(pairs, n))
+    trend = np.argsort(np.arange(n) + rng.normal(0, n / 4, n))  # corr about 0.7
+    assert not quality.passes(quality.summary(trend, n))
+    head = shuffled[shuffled < n // 100]
+    rest = shuffled[shuffled >= n // 100]
+    middle = len(rest) // 2
+    clustered = np.concatenate([rest[:middle], head, rest[middle:]])  # the head in one decile
+    measures = quality.summary(clustered, n)
+    assert measures["abs_corr"] <= 0.01 and measures["adjacent"] <= 0.01 and not quality.passes(measures)

@@ -26,8 +26,26 @@ from ....spec.saved import merge_state_dicts, snapshot_saved
 from ....spec.topology import PackingConfig, Permutation, RunConfig, rank_splits
 from ..codec import OPAQUE, Corpus, array, corpus_map, enc_checkpoint, record
 from ..plumbing import NO_FAULTS, random_corpus, random_perm, rows_after
-from . import fixtures as fx
 from .base import CaseDef, Codec, JsonObject, SpecError, attempt, error_json, family, inv, make_case
+from .fixtures import (
+    PACKED_CHECKPOINT,
+    PACKED_CONFIG,
+    PACKED_STATE,
+    ROW_CHECKPOINT,
+    ROW_CONFIG,
+    ROW_STATE,
+    STRATEGY_CHECKPOINT,
+    STRATEGY_CONFIG,
+    changed,
+    checkpoint_fault_cases,
+    is_packed,
+    json_form,
+    legacy_row,
+    provenance_fault_cases,
+    with_buffers,
+    with_extra,
+    without,
+)
 from .sessions import PACKED_JOB, ROW_JOB, SKIP_JOB, Job, session
 
 
@@ -79,7 +97,7 @@ def _ranks_at_step(
     return ranks, packed_after(tuple(range(s)), steps * s)
 
 
-_ROW, _STRATEGY, _PACKED = fx.ROW_CHECKPOINT, fx.STRATEGY_CHECKPOINT, fx.PACKED_CHECKPOINT
+_ROW, _STRATEGY, _PACKED = ROW_CHECKPOINT, STRATEGY_CHECKPOINT, PACKED_CHECKPOINT
 _OTHER = RowState((1, 3, 0, 2), (1, 4, 2, 2))
 
 
@@ -92,7 +110,7 @@ def _case(
 
 def _with_other(name: str, description: str, bad: object) -> CaseDef:
     """A merge of a good checkpoint of ``bad``'s mode, then ``bad``."""
-    good = _PACKED if fx.is_packed(bad) else _ROW
+    good = _PACKED if is_packed(bad) else _ROW
     return _case(name, description, [good, bad])
 
 
@@ -105,8 +123,8 @@ def cases() -> list[CaseDef]:
         *_shape_cases(),
         *_disagreement_cases(),
         *_invalid_config_cases(),
-        *fx.checkpoint_fault_cases(_with_other),
-        *fx.provenance_fault_cases(_with_other),
+        *checkpoint_fault_cases(_with_other),
+        *provenance_fault_cases(_with_other),
         *_session_cases(),
         *_missing_rank_cases(),
         *_table_cases(),
@@ -152,28 +170,28 @@ def _row_cases() -> list[CaseDef]:
         _case(
             "row_elementwise_maximum",
             "samples and positions are joined by element-wise maximum",
-            [_ROW, snapshot_row(fx.ROW_CONFIG, _OTHER)],
-            lambda: inv.MergeLatticeInv(fx.ROW_STATE, _OTHER, join_row(fx.ROW_STATE, _OTHER)),
+            [_ROW, snapshot_row(ROW_CONFIG, _OTHER)],
+            lambda: inv.MergeLatticeInv(ROW_STATE, _OTHER, join_row(ROW_STATE, _OTHER)),
         ),
         _case(
             "row_legacy_int_and_list",
             "a legacy int is a uniform list",
-            [fx.legacy_row(_ROW, 2), _ROW],
+            [legacy_row(_ROW, 2), _ROW],
         ),
         _case(
             "row_positions_missing",
             "a state without positions contributes its samples",
-            [fx.without(_ROW, "positions_consumed_per_split"), snapshot_row(fx.ROW_CONFIG, _OTHER)],
+            [without(_ROW, "positions_consumed_per_split"), snapshot_row(ROW_CONFIG, _OTHER)],
         ),
         _case(
             "row_unknown_keys_dropped",
             "the merged checkpoint has exactly the format's keys",
-            [fx.changed(_ROW, note="x"), _ROW],
+            [changed(_ROW, note="x"), _ROW],
         ),
         _case(
             "row_with_fingerprint",
             "the fingerprint is kept",
-            [_STRATEGY, snapshot_row(fx.STRATEGY_CONFIG, _OTHER)],
+            [_STRATEGY, snapshot_row(STRATEGY_CONFIG, _OTHER)],
         ),
     ]
 
@@ -186,7 +204,7 @@ def _packed_cases() -> list[CaseDef]:
             "equal (emitted, consumed): the buffer of the earlier state wins",
             [
                 _PACKED,
-                fx.with_buffers(
+                with_buffers(
                     _PACKED, {0: {"tokens": [1, 11, 1], "starts": [1]}, 3: {"tokens": [1], "starts": []}}
                 ),
             ],
@@ -196,7 +214,7 @@ def _packed_cases() -> list[CaseDef]:
             "per split, the larger (emitted, consumed) wins",
             [
                 _PACKED,
-                fx.changed(
+                changed(
                     _PACKED,
                     samples_consumed_per_split=[3, 3, 2, 4],
                     pack_buffers={
@@ -209,7 +227,7 @@ def _packed_cases() -> list[CaseDef]:
         _case(
             "packed_string_keys",
             "string buffer keys are read as split ids; the merge writes int keys",
-            [fx.with_buffers(_PACKED, {"0": {"tokens": [1, 10, 1], "starts": [1]}})],
+            [with_buffers(_PACKED, {"0": {"tokens": [1, 10, 1], "starts": [1]}})],
         ),
     ]
 
@@ -222,16 +240,16 @@ def _shape_cases() -> list[CaseDef]:
         _case("error_first_not_a_dict", "every state is a dict", ["row", _ROW]),
         _case("error_mixed_modes", "packed and row states do not merge", [_PACKED, _ROW]),
         _case("error_mixed_modes_row_first", "packed and row states do not merge", [_ROW, _PACKED]),
-        _case("error_missing_epoch", "every config key in every state", [_ROW, fx.without(_ROW, "epoch")]),
+        _case("error_missing_epoch", "every config key in every state", [_ROW, without(_ROW, "epoch")]),
         _case(
             "error_first_missing_shuffle_seed",
             "every config key in every state",
-            [fx.without(_ROW, "shuffle_seed"), _ROW],
+            [without(_ROW, "shuffle_seed"), _ROW],
         ),
         _case(
             "error_missing_eos_id",
             "packing keys in every packed state",
-            [_PACKED, fx.without(_PACKED, "eos_id")],
+            [_PACKED, without(_PACKED, "eos_id")],
         ),
     ]
 
@@ -244,16 +262,16 @@ def _disagreement_cases() -> list[CaseDef]:
         "the fingerprint is compared across all states",
     )
     rows = (
-        ("error_shuffle_seed_differs", config, _ROW, fx.changed(_ROW, shuffle_seed=1)),
-        ("error_num_splits_differs", config, _ROW, fx.changed(_ROW, num_splits=8)),
-        ("error_epoch_differs", config, _ROW, fx.changed(_ROW, epoch=0)),
-        ("error_pack_sequences_differs", packing, _PACKED, fx.changed(_PACKED, pack_sequences=2)),
-        ("error_eos_id_differs", packing, _PACKED, fx.changed(_PACKED, eos_id=3)),
-        ("error_pad_id_differs", packing, _PACKED, fx.changed(_PACKED, pad_id=3)),
-        ("error_blocks_per_epoch_differs", packing, _PACKED, fx.changed(_PACKED, blocks_per_epoch=4)),
+        ("error_shuffle_seed_differs", config, _ROW, changed(_ROW, shuffle_seed=1)),
+        ("error_num_splits_differs", config, _ROW, changed(_ROW, num_splits=8)),
+        ("error_epoch_differs", config, _ROW, changed(_ROW, epoch=0)),
+        ("error_pack_sequences_differs", packing, _PACKED, changed(_PACKED, pack_sequences=2)),
+        ("error_eos_id_differs", packing, _PACKED, changed(_PACKED, eos_id=3)),
+        ("error_pad_id_differs", packing, _PACKED, changed(_PACKED, pad_id=3)),
+        ("error_blocks_per_epoch_differs", packing, _PACKED, changed(_PACKED, blocks_per_epoch=4)),
         ("error_fingerprint_only_in_second", fingerprint, _ROW, _STRATEGY),
         ("error_fingerprint_only_in_first", fingerprint, _STRATEGY, _ROW),
-        ("error_fingerprints_differ", fingerprint, _STRATEGY, fx.changed(_ROW, perm_fingerprint="f" * 64)),
+        ("error_fingerprints_differ", fingerprint, _STRATEGY, changed(_ROW, perm_fingerprint="f" * 64)),
     )  # fmt: skip
     return [_case(name, description, [first, second]) for name, description, first, second in rows]
 
@@ -261,42 +279,42 @@ def _disagreement_cases() -> list[CaseDef]:
 def _invalid_config_cases() -> list[CaseDef]:
     """A config no dataset can have, and packed states not taken at one global step."""
     return [
-        _case("error_num_splits_not_int", "config values are ints", [fx.changed(_ROW, num_splits="4")] * 2),
-        _case("error_epoch_is_bool", "config values are ints", [fx.changed(_ROW, epoch=True)]),
+        _case("error_num_splits_not_int", "config values are ints", [changed(_ROW, num_splits="4")] * 2),
+        _case("error_epoch_is_bool", "config values are ints", [changed(_ROW, epoch=True)]),
         _case(
             "error_fingerprint_not_a_string",
             "perm_fingerprint is a string",
-            [fx.changed(_ROW, perm_fingerprint=7)],
+            [changed(_ROW, perm_fingerprint=7)],
         ),
         _case(
             "error_num_splits_zero",
             "num_splits is positive",
-            [fx.changed(_ROW, num_splits=0, samples_consumed_per_split=[], positions_consumed_per_split=[])],
+            [changed(_ROW, num_splits=0, samples_consumed_per_split=[], positions_consumed_per_split=[])],
         ),
         _case(
-            "error_pack_sequences_zero", "pack_sequences is positive", [fx.changed(_PACKED, pack_sequences=0)]
+            "error_pack_sequences_zero", "pack_sequences is positive", [changed(_PACKED, pack_sequences=0)]
         ),
         _case(
             "error_blocks_per_epoch_zero",
             "blocks_per_epoch is positive",
-            [fx.changed(_PACKED, blocks_per_epoch=0)],
+            [changed(_PACKED, blocks_per_epoch=0)],
         ),
         _case(
             "error_blocks_per_epoch_not_divisible",
             "blocks_per_epoch is a multiple of num_splits",
-            [fx.changed(_PACKED, blocks_per_epoch=6)],
+            [changed(_PACKED, blocks_per_epoch=6)],
         ),
         _case(
             "error_packed_not_every_rank",
             "packed states must cover every rank at one step",
-            [snapshot_packed(fx.PACKED_CONFIG, replace(fx.PACKED_STATE, emitted=(1, 1, 0, 0), buffers={}))],
+            [snapshot_packed(PACKED_CONFIG, replace(PACKED_STATE, emitted=(1, 1, 0, 0), buffers={}))],
         ),
         _case(
             "error_packed_ranks_at_different_steps",
             "packed states must be taken at the same global step",
             [
-                snapshot_packed(fx.PACKED_CONFIG, replace(fx.PACKED_STATE, emitted=(2, 2, 0, 0), buffers={})),
-                snapshot_packed(fx.PACKED_CONFIG, replace(fx.PACKED_STATE, emitted=(0, 0, 1, 1), buffers={})),
+                snapshot_packed(PACKED_CONFIG, replace(PACKED_STATE, emitted=(2, 2, 0, 0), buffers={})),
+                snapshot_packed(PACKED_CONFIG, replace(PACKED_STATE, emitted=(0, 0, 1, 1), buffers={})),
             ],
         ),
     ]
@@ -366,7 +384,7 @@ def _session_cases() -> list[CaseDef]:
             "ours_through_json_and_legacy",
             "our checkpoint after a JSON round trip merged with one written without our key",
             [
-                fx.json_form(snapshot_saved(session(PACKED_JOB, Shape(2, 0, 1), 2)[1].checkpoint)),
+                json_form(snapshot_saved(session(PACKED_JOB, Shape(2, 0, 1), 2)[1].checkpoint)),
                 snapshot_packed(PACKED_JOB.config, alone),
             ],
         ),
@@ -386,12 +404,12 @@ def _table_cases() -> list[CaseDef]:
         _case(
             "ours_pinned_and_unpinned",
             "a state without a pin merges with pinned ones",
-            [pinned[0], fx.with_extra(pinned[1], sign=True, table=None)],
+            [pinned[0], with_extra(pinned[1], sign=True, table=None)],
         ),
         _case(
             "error_table_versions_differ",
             "the states were written for different table versions",
-            [pinned[0], fx.with_extra(pinned[1], sign=True, table={"version": 4, "rows": 20})],
+            [pinned[0], with_extra(pinned[1], sign=True, table={"version": 4, "rows": 20})],
         ),
     ]
 

@@ -50,14 +50,15 @@ class Delivery(Generic[ItemT_co, StateT_co]):
 
 
 @dataclass(frozen=True)
-class LoaderRun:
-    """Every batch one rank's ``StreamingDataLoader`` delivers, and how it ends.
+class BatchRun(Generic[ItemT_co, StateT_co]):
+    """Every batch one rank's loader delivers, and how it ends: the loader of one table
+    (:class:`LoaderRun`) or of a mixture (:class:`~.mixture.MixtureLoaderRun`).
 
     ``rotation`` is the role torch worker 0 played; ``num_workers`` the loader's worker count.
     """
 
-    start: State
-    deliveries: tuple[Delivery[Item, State], ...]
+    start: StateT_co
+    deliveries: tuple[Delivery[ItemT_co, StateT_co], ...]
     error: Raised | None
     rotation: int = 0
     num_workers: int = 0
@@ -75,7 +76,7 @@ class LoaderRun:
             return self.rotation
         return (self.deliveries[n - 1].worker + 1 + self.rotation) % self.num_workers
 
-    def state_after(self, n: int) -> State:
+    def state_after(self, n: int) -> StateT_co:
         """The parent's state after the trainer received ``n`` batches."""
         require(
             0 <= n <= len(self.deliveries),
@@ -83,6 +84,11 @@ class LoaderRun:
             "cannot receive more batches than delivered",
         )
         return self.start if n == 0 else self.deliveries[n - 1].committed
+
+
+@dataclass(frozen=True)
+class LoaderRun(BatchRun[Item, State]):
+    """Every batch one rank's ``StreamingDataLoader`` over one table delivers, and how it ends."""
 
 
 def full_steps(

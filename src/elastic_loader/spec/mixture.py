@@ -59,7 +59,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .errors import require
-from .loader import Delivery, full_steps, order_batches
+from .loader import BatchRun, Delivery, full_steps, order_batches
 from .mixture_schedule import (
     MixtureConfig,
     Regime,
@@ -318,28 +318,8 @@ def iterate_mixture(
 
 
 @dataclass(frozen=True)
-class MixtureLoaderRun:
+class MixtureLoaderRun(BatchRun[MixtureItem, MixtureState]):
     """Every batch one rank's loader over a mixture delivers, and how it ends."""
-
-    start: MixtureState
-    deliveries: tuple[Delivery[MixtureItem, MixtureState], ...]
-    error: Raised | None
-    rotation: int = 0
-    num_workers: int = 0
-
-    def next_role_after(self, n: int) -> int:
-        """The role whose batch comes next once the trainer received ``n`` batches."""
-        require(0 <= n <= len(self.deliveries), "prefix_out_of_range", "cannot receive more batches")
-        if self.num_workers <= 1:
-            return 0
-        if n == 0:
-            return self.rotation
-        return (self.deliveries[n - 1].worker + 1 + self.rotation) % self.num_workers
-
-    def state_after(self, n: int) -> MixtureState:
-        """The parent's state after the trainer received ``n`` batches."""
-        require(0 <= n <= len(self.deliveries), "prefix_out_of_range", "cannot receive more batches")
-        return self.start if n == 0 else self.deliveries[n - 1].committed
 
 
 def _stored(entries: Entries, source: int, epoch: int, split: int) -> SplitValue | None:

@@ -57,6 +57,16 @@ def with_buffers(checkpoint: Mapping[str, object], buffers: object) -> dict[str,
     return changed(checkpoint, pack_buffers=buffers)
 
 
+def legacy_row(checkpoint: Mapping[str, object], samples: int) -> dict[str, object]:
+    """A copy of row ``checkpoint`` in the legacy form: one int count for every split, no positions."""
+    return without(changed(checkpoint, samples_consumed_per_split=samples), "positions_consumed_per_split")
+
+
+def is_packed(checkpoint: object) -> bool:
+    """Whether ``checkpoint`` is a packed one: a dict with ``pack_buffers``."""
+    return isinstance(checkpoint, Mapping) and "pack_buffers" in checkpoint
+
+
 def json_form(checkpoint: Mapping[str, object]) -> dict[str, object]:
     """``checkpoint`` after a JSON round trip (integer keys become decimal strings)."""
     out = json.loads(json.dumps(checkpoint))

@@ -14,7 +14,6 @@ Rules of this module: those of every family module, stated once in the package d
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from ....spec.checkpoint import snapshot_packed, snapshot_row
@@ -36,7 +35,9 @@ from .fixtures import (
     STRATEGY_CONFIG,
     changed,
     checkpoint_fault_cases,
+    is_packed,
     json_form,
+    legacy_row,
     provenance_fault_cases,
     with_buffers,
     with_extra,
@@ -90,7 +91,7 @@ def _case(
 
 def _auto(name: str, description: str, checkpoint: object) -> CaseDef:
     """A case whose config is the packed one when the checkpoint has ``pack_buffers``, else the row one."""
-    config = PACKED_CONFIG if isinstance(checkpoint, Mapping) and "pack_buffers" in checkpoint else ROW_CONFIG
+    config = PACKED_CONFIG if is_packed(checkpoint) else ROW_CONFIG
     return _case(name, description, config, checkpoint)
 
 
@@ -127,8 +128,7 @@ _HAND_MADE: tuple[tuple[str, str, RunConfig, object], ...] = (
     ("row_at_split_end", "progress may reach the split end", ROW_CONFIG,
      changed(_ROW, positions_consumed_per_split=[5, 5, 5, 5], samples_consumed_per_split=[5, 4, 5, 3])),
     ("row_legacy_int_samples", "a legacy int count is a uniform list; positions default to it",
-     ROW_CONFIG,
-     without(changed(_ROW, samples_consumed_per_split=3), "positions_consumed_per_split")),
+     ROW_CONFIG, legacy_row(_ROW, 3)),
     ("row_legacy_int_with_positions", "a legacy int count with a positions list", ROW_CONFIG,
      changed(_ROW, samples_consumed_per_split=1)),
     ("row_positions_missing", "without positions, positions equal samples", ROW_CONFIG,
@@ -189,7 +189,7 @@ _HAND_MADE: tuple[tuple[str, str, RunConfig, object], ...] = (
     ("error_row_position_beyond_split_end", "progress beyond the split end",
      ROW_CONFIG, changed(_ROW, positions_consumed_per_split=[3, 2, 6, 2])),
     ("error_row_legacy_beyond_split_end", "a legacy count beyond the split end",
-     ROW_CONFIG, without(changed(_ROW, samples_consumed_per_split=6), "positions_consumed_per_split")),
+     ROW_CONFIG, legacy_row(_ROW, 6)),
     ("error_packed_consumed_beyond_split_end", "progress beyond the split end",
      PACKED_CONFIG, changed(_PACKED, samples_consumed_per_split=[3, 2, 2, 6])),
     ("error_packed_emitted_beyond_budget", "more blocks than the per-split budget",
@@ -312,19 +312,20 @@ def _more_session_cases() -> list[CaseDef]:
 def _edited_cases() -> list[CaseDef]:
     """A session's checkpoint edited: refused by its digest, loaded without one."""
     row = session(ROW_JOB, Shape(2, 2, 1), 3)
+    edited = changed(snapshot_saved(row[0].checkpoint), samples_consumed_per_split=[1, 1, 2, 1])
     return [
         _case(
             "ours_edited_without_digest",
             "without a digest an edited checkpoint loads (a deliberate edit)",
             ROW_JOB.config,
-            with_extra(changed(snapshot_saved(row[0].checkpoint), samples_consumed_per_split=[1, 1, 2, 1])),
+            with_extra(edited),
             ROW_JOB.split_len,
         ),
         _case(
             "error_ours_edited",
             "an edited value no longer matches the digest",
             ROW_JOB.config,
-            changed(snapshot_saved(row[0].checkpoint), samples_consumed_per_split=[1, 1, 2, 1]),
+            edited,
             ROW_JOB.split_len,
         ),
     ]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from ....spec.checkpoint import join_row, snapshot_packed, snapshot_row
@@ -38,7 +38,9 @@ from .fixtures import (
     STRATEGY_CONFIG,
     changed,
     checkpoint_fault_cases,
+    is_packed,
     json_form,
+    legacy_row,
     provenance_fault_cases,
     with_buffers,
     with_extra,
@@ -108,7 +110,7 @@ def _case(
 
 def _with_other(name: str, description: str, bad: object) -> CaseDef:
     """A merge of a good checkpoint of ``bad``'s mode, then ``bad``."""
-    good = _PACKED if isinstance(bad, Mapping) and "pack_buffers" in bad else _ROW
+    good = _PACKED if is_packed(bad) else _ROW
     return _case(name, description, [good, bad])
 
 
@@ -174,7 +176,7 @@ def _row_cases() -> list[CaseDef]:
         _case(
             "row_legacy_int_and_list",
             "a legacy int is a uniform list",
-            [without(changed(_ROW, samples_consumed_per_split=2), "positions_consumed_per_split"), _ROW],
+            [legacy_row(_ROW, 2), _ROW],
         ),
         _case(
             "row_positions_missing",

@@ -130,6 +130,27 @@ class Stage:
     slice_rows: int | None
 
 
+@dataclass(frozen=True)
+class ReadLimits:
+    """How much a pipeline reads at once and ahead, and how long it waits (from the settings).
+
+    Attributes:
+        io_queue_depth: units in flight at most.
+        transform_threads: threads of the transform stage.
+        min_unit_rows: smallest unit worth reading (the read batch size).
+        read_ahead_bytes: the byte budget (``None``: none, only the row bounds).
+        read_timeout: seconds the consumer waits for a read (``None``: forever).
+        row_bytes_hint: Arrow bytes of a row known from the schema (no probe is needed).
+    """
+
+    io_queue_depth: int
+    transform_threads: int
+    min_unit_rows: int
+    read_ahead_bytes: int | None = None
+    read_timeout: float | None = None
+    row_bytes_hint: int | None = None
+
+
 class Pipeline:
     """Reads and transforms the owned splits of one iterator, unit by unit.
 
@@ -144,16 +165,11 @@ class Pipeline:
         start: first position to read of every owned split.
         stage: the mode's transform stage.
         want: the read-ahead policy (:data:`Want`).
-        io_queue_depth: units in flight at most.
-        transform_threads: threads of the transform stage.
         counters: observability counters.
-        min_unit_rows: smallest unit worth reading (the read batch size).
+        limits: depths, unit size, byte budget and timeout (:class:`ReadLimits`).
         sorted_reads: read each unit in row-id order (see ``Unit.where``).
         hook: test-only timing hook.
-        read_ahead_bytes: the byte budget (``None``: none, only the row bounds).
         buffered: bytes the consumer side holds (the mode's feed); counted against the budget.
-        read_timeout: seconds the consumer waits for a read (``None``: forever).
-        row_bytes_hint: Arrow bytes of a row known from the schema (no probe is needed).
     """
 
     def __init__(
@@ -165,45 +181,41 @@ class Pipeline:
         start: list[int],
         stage: Stage,
         want: Want,
-        io_queue_depth: int,
-        transform_threads: int,
         counters: Counters,
-        min_unit_rows: int,
+        limits: ReadLimits,
         sorted_reads: bool = False,
         hook: TimingHook | None = None,
-        read_ahead_bytes: int | None = None,
         buffered: Callable[[], int] | None = None,
-        read_timeout: float | None = None,
-        row_bytes_hint: int | None = None,
     ) -> None:
         self._reader = reader
         self._columns = columns
         self._rows = split_rows
         self._stage = stage
         self._want = want
-        self._depth = io_queue_depth
         self._counters = counters
         self._hook = hook
         self._sorted = sorted_reads
+        self._buffered = buffered
+        self._depth = limits.io_queue_depth
+        self._min_rows = max(1, limits.min_unit_rows)
+        self._budget = limits.read_ahead_bytes
+        self._timeout = limits.read_timeout
         self.size = [len(r) for r in split_rows]
         self.head = list(start)
         self.inflight = [0] * len(split_rows)
         self._pending: deque[Unit] = deque()
-        self._io = ThreadPoolExecutor(max_workers=io_queue_depth, thread_name_prefix="elastic-loader-io")
+        self._io = ThreadPoolExecutor(max_workers=self._depth, thread_name_prefix="elastic-loader-io")
         self._tx = ThreadPoolExecutor(
-            max_workers=max(1, transform_threads), thread_name_prefix="elastic-loader-tx"
+            max_workers=max(1, limits.transform_threads), thread_name_prefix="elastic-loader-tx"
         )
         self._numbers = 0
-        self._min_rows = max(1, min_unit_rows)
-        self._budget = read_ahead_bytes
-        self._buffered = buffered
-        self._timeout = read_timeout
         self._unit_rows = max(self._min_rows, FIRST_UNIT_ROWS)
         self._ceiling: int | None = None
         self._seen = [0, 0]  # bytes and rows of every read so far (the row-size estimate)
-        if row_bytes_hint is None:  # an earlier pipeline of this reader measured it
-            row_bytes_hint = getattr(reader, "row_bytes_seen", None)
-        self._hint = row_bytes_hint if read_ahead_bytes is not None else None
+        hint = limits.row_bytes_hint
+        if hint is None:  # an earlier pipeline of this reader measured it
+            hint = getattr(reader, "row_bytes_seen", None)
+        self._hint = hint if self._budget is not None else None
         self._closed = False
         self._gauge_lock = threading.Lock()
         self._gauges = {"unscanned_rows": 0, "raw_rows": 0}

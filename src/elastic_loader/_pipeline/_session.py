@@ -90,16 +90,18 @@ class Session:
             start=start,
             stage=stage,
             want=want,
-            io_queue_depth=settings.io_queue_depth,
-            transform_threads=settings.transform_threads(),
             counters=self.counters,
-            min_unit_rows=settings.read_batch_size,
+            limits=_fetch.ReadLimits(
+                io_queue_depth=settings.io_queue_depth,
+                transform_threads=settings.transform_threads(),
+                min_unit_rows=settings.read_batch_size,
+                read_ahead_bytes=settings.read_ahead_bytes,
+                read_timeout=settings.read_timeout,
+                row_bytes_hint=settings.row_bytes_hint,
+            ),
             sorted_reads=sorted_reads,
             hook=self.hook,
-            read_ahead_bytes=settings.read_ahead_bytes,
             buffered=buffered,
-            read_timeout=settings.read_timeout,
-            row_bytes_hint=settings.row_bytes_hint,
         )
         return self.pipeline
 

@@ -92,10 +92,8 @@ def test_a_sorted_read_maps_every_position_back_to_its_row() -> None:
         start=[0, 0],
         stage=stage,
         want=lambda i, unit_rows, inflight: 3,
-        io_queue_depth=1,
-        transform_threads=1,
         counters=_packing.Counters(),
-        min_unit_rows=8,
+        limits=_fetch.ReadLimits(io_queue_depth=1, transform_threads=1, min_unit_rows=8),
         sorted_reads=True,
     )
     try:

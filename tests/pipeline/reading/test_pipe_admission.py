@@ -8,14 +8,13 @@ the test releases.
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pytest
 
 from elastic_loader._pipeline import _fetch
-from elastic_loader._pipeline._fetch import Pipeline, Stage
+from elastic_loader._pipeline._fetch import Pipeline, ReadLimits, Stage
 from elastic_loader._pipeline._lance import Reader
 from elastic_loader._pipeline._stats import Counters
 
@@ -42,7 +41,12 @@ STAGE = Stage(
 
 
 def pipeline(
-    reader: Reader, held: list[int], *, budget: int = 2000, hint: int | None = ROW, **kw: Any
+    reader: Reader,
+    held: list[int],
+    *,
+    budget: int = 2000,
+    hint: int | None = ROW,
+    read_timeout: float | None = None,
 ) -> Pipeline:
     return Pipeline(
         reader=reader,
@@ -51,14 +55,16 @@ def pipeline(
         start=[0],
         stage=STAGE,
         want=lambda i, unit_rows, inflight: unit_rows,
-        io_queue_depth=4,
-        transform_threads=1,
         counters=Counters(),
-        min_unit_rows=64,
-        read_ahead_bytes=budget,
+        limits=ReadLimits(
+            io_queue_depth=4,
+            transform_threads=1,
+            min_unit_rows=64,
+            read_ahead_bytes=budget,
+            row_bytes_hint=hint,
+            read_timeout=read_timeout,
+        ),
         buffered=lambda: held[0],
-        row_bytes_hint=hint,
-        **kw,
     )
 
 
@@ -103,11 +109,8 @@ def test_without_a_hint_a_probe_measures_the_row_size_first() -> None:
         start=[0] * 12,
         stage=STAGE,
         want=lambda i, unit_rows, inflight: 1,
-        io_queue_depth=2,
-        transform_threads=1,
         counters=Counters(),
-        min_unit_rows=64,
-        read_ahead_bytes=3000,
+        limits=ReadLimits(io_queue_depth=2, transform_threads=1, min_unit_rows=64, read_ahead_bytes=3000),
         buffered=lambda: 0,
     )
     try:

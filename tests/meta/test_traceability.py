@@ -236,7 +236,7 @@ def test_link_checker_detects_broken_links(text: str, target: str) -> None:
     ("text", "target"),
     [
         ("`iterate_rows`", "../src/elastic_loader/spec/rows.py"),
-        ("`RowRun.state_after`", "../src/elastic_loader/spec/rows.py"),
+        ("`Prefixes.state_after`", "../src/elastic_loader/spec/rows.py"),
         ("`PackedState.emitted`", "../src/elastic_loader/spec/packing.py"),
         ("`EPOCH_PRIME`", "../src/elastic_loader/spec/params.py"),
     ],

@@ -21,9 +21,10 @@ import heapq
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from .errors import SpecValueError, require
-from .rows import End, Exhausted, Faults, Raised, peek
+from .rows import End, Exhausted, Faults, Prefixes, Raised, peek
 from .topology import PackingConfig, Permutation, check_permutation
 
 
@@ -92,18 +93,14 @@ class Block:
 
 
 @dataclass(frozen=True)
-class PackedRun:
+class PackedRun(Prefixes[PackedState]):
     """Everything one packed iterator yields; ``states[i]`` is the checkpoint right after ``blocks[i]``."""
 
     start: PackedState
     blocks: tuple[Block, ...]
     states: tuple[PackedState, ...]
     end: End
-
-    def state_after(self, n: int) -> PackedState:
-        """The checkpoint after the consumer received ``n`` blocks."""
-        require(0 <= n <= len(self.blocks), "prefix_out_of_range", "cannot consume more blocks than yielded")
-        return self.start if n == 0 else self.states[n - 1]
+    ITEMS: ClassVar[str] = "blocks"
 
 
 def doc_ids_of(starts: Sequence[int], length: int) -> tuple[int, ...]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar, Generic, TypeVar
 
 from .errors import require
 from .topology import Permutation, check_permutation
@@ -90,19 +91,37 @@ class Raised:
 End = Exhausted | Raised
 
 
+StateT = TypeVar("StateT")
+
+
+class Prefixes(Generic[StateT]):
+    """The checkpoint after every prefix of one iterator's items (:class:`RowRun`,
+    :class:`~.packing.PackedRun`): ``states[i]`` is the one right after item ``i``."""
+
+    start: StateT
+    states: tuple[StateT, ...]
+    ITEMS: ClassVar[str]
+    """What the iterator yields, as error messages name it."""
+
+    def state_after(self, n: int) -> StateT:
+        """The checkpoint after the consumer received ``n`` items."""
+        require(
+            0 <= n <= len(self.states),
+            "prefix_out_of_range",
+            f"cannot consume more {self.ITEMS} than yielded",
+        )
+        return self.start if n == 0 else self.states[n - 1]
+
+
 @dataclass(frozen=True)
-class RowRun:
+class RowRun(Prefixes[RowState]):
     """Everything one iterator yields: ``states[i]`` is the checkpoint right after ``rows[i]``."""
 
     start: RowState
     rows: tuple[Yielded, ...]
     states: tuple[RowState, ...]
     end: End
-
-    def state_after(self, n: int) -> RowState:
-        """The checkpoint after the consumer received ``n`` rows."""
-        require(0 <= n <= len(self.rows), "prefix_out_of_range", "cannot consume more rows than yielded")
-        return self.start if n == 0 else self.states[n - 1]
+    ITEMS: ClassVar[str] = "rows"
 
 
 @dataclass(frozen=True)

@@ -479,6 +479,11 @@ ELASTIC_MODES: tuple[tuple[str, str, dict[str, Any]], ...] = (
         ", LocalShuffle(clump=32, window=256) (passes the quality bar at 2M rows)",
         {"permutation": LocalShuffle(clump=32, window=256)},
     ),
+    (
+        "_local_256_1024",
+        ", LocalShuffle(clump=256, window=1024) (lance.torch's run length, shuffled inside a window)",
+        {"permutation": LocalShuffle(clump=256, window=1024)},
+    ),
 )
 """Read orders every elastic-loader mode below runs in: (name suffix, description suffix, options).
 The default order (suffix "") is the baseline of every ratio."""

@@ -14,7 +14,7 @@ there if missing), each round reads every row once, ``id`` and ``payload`` as Ar
   ``take`` calls of 16384 rows (``16384 / C`` runs each, positions sorted, as the pipeline's
   units are);
 * ``fragment_runs_C``: the same shuffled runs, each read by its fragment's
-  ``to_batches(offset=, limit=)`` (a scan of a range).
+  ``to_batches(offset=, limit=)`` (a scan of a range; a run crossing a fragment's end is two).
 
 Methods are interleaved in every round; the medians and their ratios to ``scan`` are printed and,
 with ``--save``, written to ``benchmarks/read_ceiling.json`` (else ``read_ceiling.local.json``)
@@ -78,11 +78,15 @@ def methods(dataset: Any) -> dict[str, Callable[[], int]]:
         def go() -> int:
             n = 0
             for lo in shuffled_runs(size):
-                f = int(np.searchsorted(starts, lo, side="right")) - 1
-                offset = int(lo - starts[f])
-                limit = int(min(size, starts[f + 1] - lo))
-                for batch in fragments[f].to_batches(columns=COLUMNS, offset=offset, limit=limit):
-                    n += batch.num_rows
+                at, hi = int(lo), int(min(rows, lo + size))
+                while at < hi:  # a run that crosses a fragment's end is read from both fragments
+                    f = int(np.searchsorted(starts, at, side="right")) - 1
+                    limit = int(min(hi, starts[f + 1]) - at)
+                    for batch in fragments[f].to_batches(
+                        columns=COLUMNS, offset=at - int(starts[f]), limit=limit
+                    ):
+                        n += batch.num_rows
+                    at += limit
             return n
 
         return go

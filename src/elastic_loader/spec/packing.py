@@ -108,25 +108,25 @@ def doc_ids_of(starts: Sequence[int], length: int) -> tuple[int, ...]:
     return tuple(sum(1 for s in starts if 0 < s <= k) for k in range(length))
 
 
+@dataclass
 class _Packer:
-    """The working state of one packed iterator: progress, and the owned splits' buffers."""
+    """The working state of one packed iterator (the arguments of :func:`iterate_packed`, ``start``
+    being its ``state``): progress, and the owned splits' buffers."""
 
-    def __init__(
-        self,
-        perm: Permutation,
-        corpus: Mapping[int, Sequence[int]],
-        faults: Faults,
-        owned: Sequence[int],
-        config: PackingConfig,
-        state: PackedState,
-    ) -> None:
-        self.perm, self.corpus, self.faults, self.owned = perm, corpus, faults, owned
-        self.config, self.start = config, state
-        self.consumed, self.emitted = list(state.consumed), list(state.emitted)
-        self.tokens = {s: list(state.buffer(s).tokens) for s in owned}
-        self.starts = {s: list(state.buffer(s).starts) for s in owned}
-        self.blocks: list[Block] = []
-        self.states: list[PackedState] = []
+    perm: Permutation
+    corpus: Mapping[int, Sequence[int]]
+    faults: Faults
+    owned: Sequence[int]
+    config: PackingConfig
+    start: PackedState
+    blocks: list[Block] = field(default_factory=list)
+    states: list[PackedState] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        start, owned = self.start, self.owned
+        self.consumed, self.emitted = list(start.consumed), list(start.emitted)
+        self.tokens = {s: list(start.buffer(s).tokens) for s in owned}
+        self.starts = {s: list(start.buffer(s).starts) for s in owned}
 
     def snapshot(self) -> PackedState:
         """The checkpoint now: unowned buffers as they started, owned ones as they are."""

@@ -102,8 +102,7 @@ def main() -> None:
     meta.write(
         meta.results_path("gc_rows", args.save),
         {
-            "environment": meta.environment(),
-            "command": " ".join(["benchmarks/gc_rows.py", *sys.argv[1:]]),
+            **meta.provenance(),
             "rows": args.rows,
             "repeats": args.repeats,
             "results": summary,

@@ -98,6 +98,15 @@ def environment() -> dict[str, Any]:
     }
 
 
+def provenance() -> dict[str, Any]:
+    """The first keys of every results file: the environment and the command that made it
+    (``benchmarks/SCRIPT.py`` and its arguments)."""
+    return {
+        "environment": environment(),
+        "command": " ".join([f"benchmarks/{Path(sys.argv[0]).name}", *sys.argv[1:]]),
+    }
+
+
 def results_path(name: str, save: bool) -> Path:
     return HERE / (f"{name}.json" if save else f"{name}.local.json")
 

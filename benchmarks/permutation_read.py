@@ -146,30 +146,15 @@ def run(table: Any, kind: str, item: str) -> tuple[float, list[int] | None]:
 def _packing_runs(docs: int) -> tuple[dict[str, Callable[[], int]], Any]:
     import peer_workloads as pw
     import workloads as w
-    from elastic_loader import StreamingDataset
 
     spec = pw.token_spec(docs)
     table = w.token_table(spec)
-    budget = w.blocks_per_epoch(table, spec, SPLITS)
 
-    def packed(kind: str) -> Callable[[], int]:
-        def go() -> int:
-            ds = StreamingDataset(
-                table,
-                num_splits=SPLITS,
-                shuffle_seed=0,
-                columns=["tokens"],
-                pack_sequences=spec.pack,
-                eos_id=pw.EOS,
-                pad_id=pw.PAD,
-                blocks_per_epoch=budget,
-                permutation=permutation(kind),
-            )
-            return sum(int(block["input_ids"].numel()) for block in ds)
-
-        return go
-
-    runs = {kind: packed(kind) for kind in PACK_KINDS if kind != "scan"}
+    runs = {
+        kind: w.packed_epoch("elastic_loader", table, spec, num_splits=SPLITS, permutation=permutation(kind))
+        for kind in PACK_KINDS
+        if kind != "scan"
+    }
     runs["scan"] = pw.scan_tokens(table)
     return runs, table
 
@@ -294,8 +279,7 @@ def main() -> None:
         for item in items:
             summary.update(summarise(rates, list(PACK_KINDS) if item == "packing" else kinds, item))
         results = {
-            "environment": meta.environment(),
-            "command": " ".join(["benchmarks/permutation_read.py", *sys.argv[1:]]),
+            **meta.provenance(),
             "rows": args.rows,
             "docs": args.docs,
             "repeats": args.repeats,

@@ -135,8 +135,7 @@ def main() -> None:
     meta.write(
         meta.results_path("read_ceiling", args.save),
         {
-            "environment": meta.environment(),
-            "command": " ".join(["benchmarks/read_ceiling.py", *sys.argv[1:]]),
+            **meta.provenance(),
             "rows": args.rows,
             "repeats": args.repeats,
             "results": summary,

@@ -246,8 +246,7 @@ def main() -> None:
     for kind, runs in resume.items():
         summary["resume"][f"{kind}@{args.resume_rows}"] = {"resume_s": _median(runs, "resume_s")}
     results = {
-        "environment": meta.environment(),
-        "command": " ".join(["benchmarks/scale.py", *sys.argv[1:]]),
+        **meta.provenance(),
         "tables": tables,
         "repeats": args.repeats,
         "results": summary,

@@ -313,8 +313,7 @@ def main() -> None:
         # Written after every round: a run stopped early keeps the rounds it finished.
         summary = summarise(runs, args.rows)
         results = {
-            "environment": meta.environment(),
-            "command": " ".join(["benchmarks/worker_memory.py", *sys.argv[1:]]),
+            **meta.provenance(),
             "tables": tables,
             "rounds": round_ + 1,
             "batches": args.batches,

@@ -107,15 +107,14 @@ def test_rank0_alone_saves_and_the_job_resumes_exactly_on_other_world_sizes(
     job: Job, database: Database, workers: int
 ) -> None:
     """Issue rows 1-2 with real gloo groups: rank 0 writes its own ``state_dict()`` (no merge, no
-    collective, as Lightning does), the job resumes from it on the same and on other world sizes,
+    collective, as Lightning does), the job resumes from it on other world sizes (2 -> 3, then
+    3 -> 2 across the epoch boundary; the same world size: tests/integrations/test_lightning.py)
     and saves from rank 0 again: the history equals the uninterrupted run, nothing lost or repeated."""
     job.run(2, workers, "--save", "rank0", "--stop-after", "3")
     check_checkpoint(job, database, 3)
-    job.run(2, workers, "--save", "rank0", "--stop-after", "7")
-    check_checkpoint(job, database, 7)
     job.run(3, workers, "--save", "rank0", "--stop-after", str(STEPS_PER_EPOCH + 2))
     check_checkpoint(job, database, STEPS_PER_EPOCH + 2)
     job.run(2, workers, "--save", "rank0")
     counts, redone = check_history(job, database)
     assert redone == 0
-    record_trial(f"rank 0 saves alone, 2 -> 2 -> 3 -> 2, {workers} workers", 0, job, counts, redone)
+    record_trial(f"rank 0 saves alone, 2 -> 3 -> 2, {workers} workers", 0, job, counts, redone)

@@ -6,6 +6,7 @@ num_workers; the refusal comes from the worker-level load, before torchdata's ba
 
 from __future__ import annotations
 
+from types import TracebackType
 from typing import Any
 
 import lancedb
@@ -48,6 +49,7 @@ def test_resume_is_exact(table: Any, num_workers: int) -> None:
     head = [ids(next(it)) for _ in range(7)]
     state = first.state_dict()
     del it
+    _shut_down_workers(first)
     resumed = loader(table, num_workers)
     resumed.load_state_dict(state)
     assert head + [ids(b) for b in resumed] == whole
@@ -71,3 +73,26 @@ def test_two_workers_to_three_is_refused_clearly(table: Any) -> None:
     with pytest.raises(ValueError, match=r"DataLoader worker \d of 2 .* cannot resume worker \d of 3") as err:
         next(iter(resumed))
     assert "num_workers=2" in str(err.value) and "StreamingDataLoader" in str(err.value)
+    _shut_down_workers_of_the_failed_iterator(err.tb)
+    _shut_down_workers(first)
+
+
+def _shut_down_workers_of_the_failed_iterator(tb: TracebackType | None) -> None:
+    """torchdata raises the worker's error from the iterator's ``__init__``, so only the traceback
+    holds the half-built iterator; shut its workers down here, not in a later garbage collection."""
+    while tb is not None:
+        candidate = tb.tb_frame.f_locals.get("self")
+        if hasattr(candidate, "_shutdown_workers"):
+            candidate._shutdown_workers()
+            return
+        tb = tb.tb_next
+    raise AssertionError("the failed iterator was not found in the traceback")
+
+
+def _shut_down_workers(loader: StatefulDataLoader) -> None:
+    """Stop the workers of a loader left mid-epoch (the loader keeps its iterator). Left to the
+    garbage collector, its ``__del__`` waited on them for 10-20 s inside whichever later test
+    triggered the collection (measured: ``tests/meta/test_bench_quality.py``, 25 s instead of 0.1 s)."""
+    iterator = getattr(loader, "_iterator", None)
+    if iterator is not None and hasattr(iterator, "_shutdown_workers"):
+        iterator._shutdown_workers()

@@ -23,7 +23,9 @@ the ceiling. Items:
 * ``packing``: ``pack_sequences=2048`` over a table of ``--docs`` documents of 128-2048 tokens
   (the peers' token table), tokens/s; the quality columns are those of the documents' read
   order (every split's positions round robin, from the permutation itself: packing delivers no
-  document ids); ``builder`` is the global shuffle (quality of a random order of the documents).
+  document ids); ``builder`` is the global shuffle (quality of a random order of the documents);
+  ``storage`` is ``shuffle=False`` (each split a contiguous range of the table: the cheapest reads,
+  so its rate is what the packer itself sustains, the ceiling of every read order).
 
 Kinds and items are interleaved (every item, then every kind, ``--repeats`` times) and the
 median and range are reported, with the ratio of medians to the builder's (the scan's columnar
@@ -61,7 +63,7 @@ SPLITS = 8
 BATCH = 1024
 KINDS = ("builder", "computed", "local", "local_32_256", "local_32_1024", "local_256_1024", "scan")
 ITEMS = ("rows", "ids", "columnar", "packing")
-PACK_KINDS = ("builder", "local_4_64", "local_8_64", "local_32_256", "local", "scan")
+PACK_KINDS = ("builder", "local_4_64", "local_8_64", "local_32_256", "local", "storage", "scan")
 
 
 def ids(batch: Any) -> list[int]:
@@ -153,8 +155,9 @@ def _packing_runs(docs: int) -> tuple[dict[str, Callable[[], int]], Any]:
     runs = {
         kind: w.packed_epoch("elastic_loader", table, spec, num_splits=SPLITS, permutation=permutation(kind))
         for kind in PACK_KINDS
-        if kind != "scan"
+        if kind not in ("storage", "scan")
     }
+    runs["storage"] = w.packed_epoch("elastic_loader", table, spec, num_splits=SPLITS, shuffle=False)
     runs["scan"] = pw.scan_tokens(table)
     return runs, table
 
@@ -169,6 +172,9 @@ def order_quality(kind: str, num_rows: int) -> dict[str, float]:
     if kind == "builder":  # LanceDB's global shuffle: a seeded random order stands for it
         order = np.random.default_rng(0).permutation(num_rows)
         return quality.summary(order, num_rows)
+    if kind == "storage":  # shuffle=False: split s is rows [s*m, (s+1)*m), read round robin
+        m = num_rows // SPLITS
+        return quality.summary(np.arange(SPLITS * m).reshape(SPLITS, m).T.reshape(-1), num_rows)
     if kind == "computed":
         perm = ComputedPermutation(num_rows, SPLITS, 0, 0)
     else:

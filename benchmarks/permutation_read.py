@@ -11,8 +11,9 @@ Builds once (under ``benchmarks/.data``) a Lance table of ``--rows`` rows: ``id`
 ``StreamingDataset(table, num_splits=8, columns=..., permutation=P)`` in this process, for every
 kind P of ``KINDS``: ``builder`` (the default, the baseline of every ratio), ``computed``,
 ``local`` (``LocalShuffle()``: ``C = 64``, ``W = 256``) and ``local_C_W``
-(``LocalShuffle(clump=C, window=W)``), and ``scan``, a sequential scan of the same columns, as
-the ceiling. Items:
+(``LocalShuffle(clump=C, window=W)``), ``storage`` (``shuffle=False``: each split a contiguous
+range of the table; packing runs it by default), and ``scan``, a sequential scan of the same
+columns, as the ceiling. Items:
 
 * ``rows``: the default ``to_pylist`` rows (dicts), counted;
 * ``ids``: ``transform=ids`` (the ``id`` column as a Python list), collected; the shuffle-quality
@@ -105,6 +106,11 @@ def permutation(kind: str) -> Any:
     return kind
 
 
+def options(kind: str) -> dict[str, Any]:
+    """The dataset options of a kind: ``storage`` is ``shuffle=False``, every other kind a permutation."""
+    return {"shuffle": False} if kind == "storage" else {"permutation": permutation(kind)}
+
+
 def _scan(table: Any, item: str) -> tuple[int, list[int] | None]:
     columns = ["id"] if item == "ids" else ["id", "payload"]
     n, got = 0, []
@@ -130,9 +136,9 @@ def run(table: Any, kind: str, item: str) -> tuple[float, list[int] | None]:
     ds = StreamingDataset(
         table,
         num_splits=SPLITS,
-        permutation=permutation(kind),
         columns=columns,
         transform=ids if item == "ids" else None,
+        **options(kind),
     )
     if item == "columnar":
         loader = StreamingDataLoader(ds, batch_size=BATCH, batch_format="arrow")
@@ -153,11 +159,10 @@ def _packing_runs(docs: int) -> tuple[dict[str, Callable[[], int]], Any]:
     table = w.token_table(spec)
 
     runs = {
-        kind: w.packed_epoch("elastic_loader", table, spec, num_splits=SPLITS, permutation=permutation(kind))
+        kind: w.packed_epoch("elastic_loader", table, spec, num_splits=SPLITS, **options(kind))
         for kind in PACK_KINDS
-        if kind not in ("storage", "scan")
+        if kind != "scan"
     }
-    runs["storage"] = w.packed_epoch("elastic_loader", table, spec, num_splits=SPLITS, shuffle=False)
     runs["scan"] = pw.scan_tokens(table)
     return runs, table
 

@@ -16,10 +16,12 @@ Rules:
 * Progress is exact after every block; inside a chunk it is derived on
   demand from the chunk's arrays (fills of a cycle are visible as soon as
   its first block is handed out, as in the reference).
-* Tokens are copied once on their way into a stream: when the stream is next
-  read, appended documents are gathered from their read batch (in row-id
-  order) in the split's order, each followed by EOS. Blocks are views of the
-  stream.
+* Tokens are copied once on their way into a stream: when the blocks being
+  cut need more tokens than the stream holds, appended documents are gathered
+  from their read batch (in row-id order) in the split's order, each followed
+  by EOS. Blocks are views of the stream; what a chunk leaves over is cut from
+  where it is by the next chunk (copied again only together with new
+  documents, when it is shorter than the next chunk's blocks).
 * ``blocks_per_epoch="auto"`` (:func:`estimate_blocks`) reads a seeded ~1%
   sample of every split once, when the epoch's permutation is built.
 * Bytes: a stream holds 8 bytes per token; a chunk of k cycles over n splits
@@ -246,7 +248,10 @@ def emit_cycles(
     A split with too few tokens left (it is exhausted) fills its blocks with ``pad``.
     """
     assert k >= 1, "a chunk has at least one cycle"
-    stream._settle()
+    if len(stream.tokens) < k * length:
+        # copy fetched documents in only when the k blocks need them: tokens left over from one
+        # chunk are then cut from where they are, not copied again with the next documents
+        stream._settle()
     targets = (np.arange(k, dtype=np.int64) + 1) * length
     n_docs = len(stream.ends)
     if n_docs:

@@ -483,6 +483,40 @@ def test_a_packed_chunk_reports_the_old_progress_until_its_first_block() -> None
     assert progress.current() == after_one
 
 
+def _stream_with_fetched_documents(buffer: list[int]) -> SplitStream:
+    """A split holding ``buffer`` (one document starting at 0) and two fetched documents."""
+    stream = SplitStream(buffer, [0], consumed=4, emitted=1)
+    lengths = np.array([3, 5], dtype=np.int64)
+    values = np.arange(100, 100 + int(lengths.sum()), dtype=np.int64)
+    stream.append(values, np.cumsum(lengths) - lengths, lengths, np.array([4, 6], dtype=np.int64), EOS)
+    return stream
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 4])
+def test_a_chunk_the_stream_covers_is_cut_in_place_and_equals_copying_the_documents_first(k: int) -> None:
+    """A stream that already holds the chunk's tokens is cut where it is: the fetched documents
+    wait (they are copied in by the chunk that needs them, so tokens a chunk leaves over are
+    not copied again), and the blocks, doc_ids and progress are those of copying them in first."""
+    length = 4
+    buffer = list(range(1, 11))  # 10 tokens: two blocks of 4 and 2 left over
+    lazy, eager = _stream_with_fetched_documents(buffer), _stream_with_fetched_documents(buffer)
+    held = lazy.tokens
+    eager._settle()
+    got_ids, got_doc_ids, got_record = emit_cycles(lazy, k, length, PAD)
+    want_ids, want_doc_ids, want_record = emit_cycles(eager, k, length, PAD)
+    np.testing.assert_array_equal(got_ids, want_ids)
+    np.testing.assert_array_equal(got_doc_ids, want_doc_ids)
+    for field in ("consumed", "pulled", "docs"):
+        np.testing.assert_array_equal(getattr(got_record, field), getattr(want_record, field))
+    assert (lazy.consumed, lazy.emitted, lazy.pulled) == (eager.consumed, eager.emitted, eager.pulled)
+    if k * length <= len(buffer):  # covered: no new stream was built, the documents still wait
+        assert np.shares_memory(got_ids, held)
+        assert lazy.stream_len() == eager.stream_len() and lazy.fetched_docs == 2
+    # whatever was cut, the rest of the epoch is the same
+    rest = [emit_cycles(s, 3, length, PAD)[0].tolist() for s in (lazy, eager)]
+    assert rest[0] == rest[1]
+
+
 def test_packed_counters_across_chunks(multi_table: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """With one cycle per chunk, the document counters stay exact from chunk to chunk.
 

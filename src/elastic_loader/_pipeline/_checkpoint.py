@@ -338,3 +338,13 @@ def identity_of(parsed: Sequence[Mapping[str, object]]) -> Identity:
         if st.get(FINGERPRINT) != first.get(FINGERPRINT):
             raise ValueError("perm_fingerprint mismatch across state dicts")
     return _identity_of(first)
+
+
+def join(parent: State, incoming: State) -> State:
+    """Fold progress this process recorded itself (a batch collated in the main process) into the
+    parent's: what :func:`commit` does after parsing, without the dict round trip."""
+    if isinstance(parent, RowState) and isinstance(incoming, RowState):
+        return _join_rows([parent, incoming])
+    if isinstance(parent, PackedState) and isinstance(incoming, PackedState):
+        return _join_packed([parent, incoming])
+    raise ValueError("cannot join row-mode and packed progress")

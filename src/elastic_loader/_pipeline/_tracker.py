@@ -9,17 +9,30 @@ Rules:
 * :meth:`Tracker.record` is what ``state_dict()`` writes: this rank's progress, reported, and the
   other ranks' inferred from the ledger under lockstep (``_provenance.infer``).
 * The tracker does no I/O and knows nothing of torch: the dataset hands it the running session.
+* A batch collated in this process carries a :class:`LocalSnapshot` (the progress itself), one
+  from a worker process a checkpoint dict, which is parsed and checked; both commit the same.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from . import _checkpoint as ckpt, _provenance
 from ._ledger import Ledger
 from ._session import Session
 from ._settings import Settings
 from ._topology import owned_splits, role_splits
+
+
+@dataclass(frozen=True)
+class LocalSnapshot:
+    """The checkpoint of a batch collated in this process (``num_workers=0``): the dataset's
+    identity and progress when it was collated, which need no parsing (a worker's batch carries
+    ``ckpt.snapshot``'s dict instead; its tokens alone cost a parse per token)."""
+
+    identity: ckpt.Identity
+    progress: ckpt.State
 
 
 class Tracker:
@@ -106,7 +119,15 @@ class Tracker:
 
     def commit(self, identity: ckpt.Identity, state: object, worker: int | None, num_workers: int) -> None:
         """Fold a delivered batch's checkpoint (from torch worker ``worker``) into the progress."""
-        self.progress = ckpt.commit(identity, self.progress, state)
+        if isinstance(state, LocalSnapshot):  # collated in this process: no parsing needed
+            if state.identity != identity:
+                raise ValueError(
+                    "a batch's checkpoint belongs to another epoch or permutation of this dataset "
+                    f"({state.identity}, the dataset is at {identity})"
+                )
+            self.progress = ckpt.join(self.progress, state.progress)
+        else:
+            self.progress = ckpt.commit(identity, self.progress, state)
         splits = self._rank_splits
         if worker is not None:
             splits = role_splits(splits, num_workers, (worker + self.rotation) % num_workers)

@@ -94,7 +94,8 @@ _POSITIONAL = (
 
 class _Delivered(NamedTuple):
     data: Any
-    state: dict[str, object]
+    state: object
+    """The batch's checkpoint: a dict from a worker process, a ``LocalSnapshot`` from this one."""
     worker: int | None
     """The torch worker that produced the batch (``None``: the main process)."""
 
@@ -177,7 +178,7 @@ class _CommitCollate:
         adapter = info.dataset if info is not None else self._adapter
         if not isinstance(adapter, _Adapter):
             raise RuntimeError("StreamingDataLoader collate ran outside of a dataset iteration")
-        return _Delivered(data, adapter.link.snapshot(), None if info is None else info.id)
+        return _Delivered(data, adapter.link.snapshot(local=info is None), None if info is None else info.id)
 
 
 _END = object()

@@ -465,7 +465,8 @@ class MixtureLink(EpochLink):
         assert columnar is None
         return self._mixture._run(transport=True)
 
-    def snapshot(self) -> dict[str, object]:
+    def snapshot(self, local: bool = False) -> dict[str, object]:
+        """The producing iterator's progress (the same dict in this process: ``local`` is ignored)."""
         m = self._mixture
         live = m._live
         if live is None:

@@ -1,0 +1,123 @@
+"""What ``StreamingDataLoader`` costs over iterating the dataset itself, in the main process.
+
+Usage::
+
+    .venv/bin/python benchmarks/loader_overhead.py [--docs 200000] [--rounds 3]
+        [--src DIR,DIR...] [--save]
+
+Rules:
+
+* One packed epoch (``pack_sequences=2048`` over ``peer_workloads.token_spec(docs)``, 8 splits,
+  the default permutation) read three ways, each pass in a new process, the clock started at the
+  dataset's construction: ``direct`` (iterating the dataset), ``loader_8`` and ``loader_1``
+  (``StreamingDataLoader(ds, batch_size=8 or 1)``, ``num_workers=0``). A loader commits every
+  batch's checkpoint when the batch reaches the trainer, so its cost grows with the batches.
+* ``--src`` runs the same passes against other source trees (``PYTHONPATH=DIR``, for example a
+  worktree of an earlier commit), interleaved with this one's: before and after a change in one
+  run. Rounds are interleaved (every tree, every case, then again); medians are printed with their
+  ratios to ``direct`` of the same tree.
+* Results go to ``benchmarks/loader_overhead.local.json`` or, with ``--save``, the committed
+  ``benchmarks/loader_overhead.json``, with the date, versions, machine and command (``meta.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+CASES = ("direct", "loader_8", "loader_1")
+
+
+def one(case: str, docs: int) -> float:
+    """Tokens per second of one packed epoch read as ``case``."""
+    import peer_workloads as pw
+    import workloads as w
+    from elastic_loader import StreamingDataLoader, StreamingDataset
+
+    spec = pw.token_spec(docs)
+    table = w.token_table(spec)
+    budget = w.blocks_per_epoch(table, spec, 8)
+    t0 = time.perf_counter()
+    ds = StreamingDataset(
+        table,
+        num_splits=8,
+        shuffle_seed=0,
+        columns=["tokens"],
+        pack_sequences=spec.pack,
+        eos_id=-1,
+        pad_id=-2,
+        blocks_per_epoch=budget,
+    )
+    items = ds if case == "direct" else StreamingDataLoader(ds, batch_size=int(case.split("_")[1]))
+    tokens = sum(int(block["input_ids"].numel()) for block in items)
+    return tokens / (time.perf_counter() - t0)
+
+
+def fresh(case: str, docs: int, src: str | None) -> float:
+    env = dict(os.environ)
+    if src is not None:
+        env["PYTHONPATH"] = src
+    command = [sys.executable, __file__, "--one", case, "--docs", str(docs)]
+    done = subprocess.run(command, check=True, capture_output=True, text=True, env=env)
+    return float(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--docs", type=int, default=200_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--src", default="", help="other source trees to run side by side (comma-separated)")
+    parser.add_argument("--save", action="store_true")
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(one(args.one, args.docs)))
+        return 0
+    import meta
+    import peer_workloads as pw
+    import workloads as w
+
+    w.token_table(pw.token_spec(args.docs))  # built once, before any clock
+    trees: list[str | None] = [None, *(s for s in args.src.split(",") if s)]
+    rates: dict[str, dict[str, list[float]]] = {str(t or "this"): {c: [] for c in CASES} for t in trees}
+    for r in range(args.rounds):
+        for tree in trees:
+            for case in CASES:
+                rate = fresh(case, args.docs, tree)
+                rates[str(tree or "this")][case].append(rate)
+                print(
+                    f"round {r + 1}/{args.rounds} {tree or 'this'} {case}: {rate:,.0f} tokens/s", flush=True
+                )
+    summary = {
+        tree: {
+            case: {
+                "tokens_per_s": round(statistics.median(values)),
+                "rounds": [round(v) for v in values],
+                "vs_direct": round(statistics.median(values) / statistics.median(by_case["direct"]), 3),
+            }
+            for case, values in by_case.items()
+        }
+        for tree, by_case in rates.items()
+    }
+    for tree, by_case in summary.items():
+        print(tree, {case: (f"{e['tokens_per_s']:,}", e["vs_direct"]) for case, e in by_case.items()})
+    meta.write(
+        meta.results_path("loader_overhead", args.save),
+        {**meta.provenance(), "docs": args.docs, "rounds": args.rounds, "results": summary},
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -16,7 +16,7 @@ import pytest
 import torch
 from lancedb.streaming import StreamingDataset as Reference
 
-from elastic_loader import LocalShuffle, StreamingDataset, merge_state_dicts
+from elastic_loader import LocalShuffle, StreamingDataLoader, StreamingDataset, merge_state_dicts
 
 PACK = {"columns": ["tokens"], "pack_sequences": 5, "eos_id": 1, "pad_id": 0}
 
@@ -554,3 +554,48 @@ def test_packed_async_ranks_merge_and_lagging_splits_catch_up_in_order(multi_tab
     assert len(seen) == len(rest) and set(seen) == {178}
     after = again.statistics()  # idle: the gauges are 0, the delivered documents stay
     assert (after.rows_delivered, after.consumed_rows, after.prefetch_queue_depth) == (s.rows_delivered, 0, 0)
+
+
+def reference_keys(state: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint's reference keys (what lancedb.streaming reads), without our provenance key."""
+    return {k: v for k, v in state.items() if k != "elastic_loader"}
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_in_process_batches_commit_their_progress_without_a_checkpoint_dict(
+    multi_table: Any, monkeypatch: pytest.MonkeyPatch, packed: bool
+) -> None:
+    """A batch collated in this process carries its progress itself (a ``LocalSnapshot``): no
+    checkpoint dict is built and parsed per batch (the tokens of a packed one cost a parse each),
+    and the states are those of plain iteration at the same items."""
+    from elastic_loader._pipeline import _checkpoint
+
+    kwargs: dict[str, Any] = {"num_splits": 4, "columns": ["id"]}
+    if packed:
+        kwargs.update(columns=["tokens"], pack_sequences=5, eos_id=1, pad_id=0, blocks_per_epoch=48)
+    plain_ds = StreamingDataset(multi_table, **kwargs)
+    states = [reference_keys(plain_ds.state_dict()) for _ in plain_ds]
+
+    def refused(*args: Any) -> Any:
+        raise AssertionError("an in-process batch's checkpoint went through the dict parser")
+
+    monkeypatch.setattr(_checkpoint, "commit", refused)
+    ds = StreamingDataset(multi_table, **kwargs)
+    for n, _ in enumerate(StreamingDataLoader(ds, batch_size=3), 1):
+        assert reference_keys(ds.state_dict()) == states[min(3 * n, len(states)) - 1]
+    assert n == -(-len(states) // 3)
+
+
+def test_a_local_snapshot_of_another_epoch_is_refused(multi_table: Any) -> None:
+    """The in-process commit checks the batch's identity as the dict path does."""
+    import dataclasses
+
+    from elastic_loader._pipeline._tracker import LocalSnapshot
+
+    ds = StreamingDataset(multi_table, num_splits=4)
+    tracker, identity = ds._tracker, ds._identity
+    snapshot = LocalSnapshot(dataclasses.replace(identity, epoch=identity.epoch + 1), tracker.progress)
+    with pytest.raises(ValueError, match="another epoch or permutation"):
+        tracker.commit(identity, snapshot, None, 0)
+    tracker.open_loader(0, 3)
+    tracker.commit(identity, LocalSnapshot(identity, tracker.progress), None, 0)  # its own: accepted

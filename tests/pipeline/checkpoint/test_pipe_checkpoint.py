@@ -599,3 +599,21 @@ def test_a_local_snapshot_of_another_epoch_is_refused(multi_table: Any) -> None:
         tracker.commit(identity, snapshot, None, 0)
     tracker.open_loader(0, 3)
     tracker.commit(identity, LocalSnapshot(identity, tracker.progress), None, 0)  # its own: accepted
+
+
+@pytest.mark.parametrize("packed_parent", [False, True])
+def test_joining_row_and_packed_progress_is_refused(packed_parent: bool) -> None:
+    """``_checkpoint.join`` folds only progress of the same mode (a batch from another mode could
+    only come from another dataset).
+
+    Origin: written to kill surviving mutants of ``_checkpoint.join`` (docs/MUTATION.md).
+    """
+    from elastic_loader._pipeline import _checkpoint as ckpt
+
+    rows, packed = ckpt.RowState([1, 2], [3, 4]), ckpt.PackedState([1, 2], [1, 1], {0: ([5], [0])})
+    parent, incoming = (packed, rows) if packed_parent else (rows, packed)
+    with pytest.raises(ValueError, match="cannot join row-mode and packed progress"):
+        ckpt.join(parent, incoming)
+    assert ckpt.join(rows, ckpt.RowState([0, 5], [9, 0])) == ckpt.RowState([1, 5], [9, 4])
+    # split 0 moved on (its buffer went with the block it filled), split 1 did not
+    assert ckpt.join(packed, ckpt.PackedState([2, 2], [2, 1], {})) == ckpt.PackedState([2, 2], [2, 1], {})

@@ -186,9 +186,15 @@ def rows_epoch(impl: str, table: Any, num_splits: int = 8) -> Callable[[], int]:
 
 
 def packed_epoch(
-    impl: str, table: Any, spec: TokenTable, num_splits: int = 8, **options: Any
+    impl: str,
+    table: Any,
+    spec: TokenTable,
+    num_splits: int = 8,
+    batch_size: int | None = None,
+    **options: Any,
 ) -> Callable[[], int]:
-    """One packed epoch at default settings (``options`` over them), counting tokens (padding included)."""
+    """One packed epoch at default settings (``options`` over them), counting tokens (padding
+    included); with ``batch_size``, through the implementation's ``StreamingDataLoader`` (no workers)."""
     cls = _dataset_class(impl)
     budget = blocks_per_epoch(table, spec, num_splits)
 
@@ -204,7 +210,8 @@ def packed_epoch(
             blocks_per_epoch=budget,
             **options,
         )
-        return sum(int(block["input_ids"].numel()) for block in ds)
+        items = ds if batch_size is None else _loader_class(impl)(ds, batch_size=batch_size)
+        return sum(int(block["input_ids"].numel()) for block in items)
 
     return run
 

@@ -255,9 +255,8 @@ def commit(identity: Identity, parent: State, incoming: object) -> State:
     """Fold one consumed worker batch's checkpoint into the parent's progress."""
     st = as_dict(incoming)
     check_identity(st, identity)
-    if isinstance(parent, RowState):
-        return _join_rows([parent, parse_row(st, identity.num_splits)])
-    return _join_packed([parent, parse_packed(st, identity.num_splits)])
+    parse = parse_row if isinstance(parent, RowState) else parse_packed
+    return join(parent, parse(st, identity.num_splits))
 
 
 def _join_rows(states: Sequence[RowState]) -> RowState:

@@ -1,0 +1,138 @@
+"""What glibc's malloc settings do to a packed epoch: the same passes with and without them.
+
+Usage::
+
+    .venv/bin/python benchmarks/allocator.py [--rounds 5] [--docs 200000]
+        [--kinds builder,local_8_64] [--items packing] [--save]
+
+Every pass is one ``permutation_read.py --one KIND/ITEM`` in a new Python process, once with
+the environment as it is (``default``) and once with :data:`TUNED` added (``tuned``); the
+rounds interleave kinds and variants, so both variants of a kind run minutes apart on the same
+machine state. The settings must be set before the process starts (glibc reads them once), which
+is why they are a user's choice and not something the package sets: they change every
+allocation of the process, torch's and LanceDB's included.
+
+Why they matter here: a packed epoch allocates its output (every block's ``input_ids`` and
+``doc_ids``, 16 bytes a token) and LanceDB its read buffers afresh. With glibc's defaults a
+freed buffer above the (adaptive) mmap threshold goes back to the kernel, and the top of a heap
+is trimmed, so the next buffer of that size faults its pages in again; on a VM a first-touch
+page fault is expensive. ``TUNED`` keeps buffers up to 64 MiB on the heap and the heap untrimmed.
+
+Results: medians per kind and variant (items per second and each pass's peak resident set),
+``tuned / default`` per kind, and each variant's ratio of every kind to ``builder`` (the
+target's measure), to ``benchmarks/allocator.json`` with ``--save`` (else
+``allocator.local.json``), with ``meta.environment()``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+
+TUNED = {
+    "MALLOC_MMAP_THRESHOLD_": str(64 << 20),
+    "MALLOC_TRIM_THRESHOLD_": str(1 << 30),
+    "MALLOC_TOP_PAD_": str(64 << 20),
+}
+"""glibc tunables (``mallopt`` names with a trailing underscore): allocations below 64 MiB come
+from the heap, the heap is trimmed only above 1 GiB free, and it grows 64 MiB at a time."""
+
+VARIANTS = ("default", "tuned")
+
+
+def one_pass(kind: str, item: str, docs: int, rows: int, variant: str) -> tuple[float, int]:
+    """Items per second of one pass in a new process, and that process's peak resident set (bytes,
+    from ``wait4``: table set-up included, the same in both variants)."""
+    env = dict(os.environ)
+    if variant == "tuned":
+        env.update(TUNED)
+    command = [
+        sys.executable,
+        str(HERE / "permutation_read.py"),
+        "--one",
+        f"{kind}/{item}",
+        "--docs",
+        str(docs),
+        "--rows",
+        str(rows),
+    ]
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+    assert child.stdout is not None
+    out = child.stdout.read()
+    _, status, usage = os.wait4(child.pid, 0)
+    child.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait again
+    if child.returncode != 0:
+        raise subprocess.CalledProcessError(child.returncode, command, out)
+    rate: float = json.loads(out.strip().splitlines()[-1])["rate"]
+    return rate, usage.ru_maxrss * 1024
+
+
+def summarise(
+    rates: dict[str, dict[str, list[float]]], peaks: dict[str, dict[str, list[int]]], kinds: list[str]
+) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for kind in kinds:
+        default, tuned = (rates[kind][v] for v in VARIANTS)
+        out[kind] = {
+            "default_peak_rss_mib": round(statistics.median(peaks[kind]["default"]) / 2**20),
+            "tuned_peak_rss_mib": round(statistics.median(peaks[kind]["tuned"]) / 2**20),
+            "default_per_s": round(statistics.median(default)),
+            "tuned_per_s": round(statistics.median(tuned)),
+            "tuned_vs_default": round(statistics.median(tuned) / statistics.median(default), 3),
+            "rounds": {v: [round(r) for r in rates[kind][v]] for v in VARIANTS},
+        }
+    if "builder" in kinds:
+        for variant in VARIANTS:
+            base = rates["builder"][variant]
+            for kind in kinds:
+                per_round = [a / b for a, b in zip(rates[kind][variant], base)]
+                out[kind][f"{variant}_vs_builder"] = round(statistics.median(per_round), 3)
+                out[kind][f"{variant}_round_ratios_vs_builder"] = [round(r, 2) for r in per_round]
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--docs", type=int, default=200_000)
+    parser.add_argument("--rows", type=int, default=2_000_000)
+    parser.add_argument("--kinds", default="builder,local_8_64")
+    parser.add_argument("--items", default="packing", help="one of permutation_read.py's items")
+    parser.add_argument("--save", action="store_true")
+    args = parser.parse_args()
+    sys.path.insert(0, str(HERE))
+    import meta
+
+    kinds = args.kinds.split(",")
+    command = "benchmarks/allocator.py " + " ".join(sys.argv[1:])
+    results: dict[str, Any] = {"environment": meta.environment(), "command": command, "tuned_env": TUNED}
+    rates: dict[str, dict[str, list[float]]] = {k: {v: [] for v in VARIANTS} for k in kinds}
+    peaks: dict[str, dict[str, list[int]]] = {k: {v: [] for v in VARIANTS} for k in kinds}
+    for round_ in range(args.rounds):
+        for kind in kinds:
+            for variant in VARIANTS:
+                rate, peak = one_pass(kind, args.items, args.docs, args.rows, variant)
+                rates[kind][variant].append(rate)
+                peaks[kind][variant].append(peak)
+                print(
+                    f"round {round_ + 1} {kind}/{args.items} {variant}: {rate:,.0f}/s,"
+                    f" peak RSS {peak / 2**20:,.0f} MiB",
+                    flush=True,
+                )
+        # every finished round is kept: an interrupted run still leaves its results
+        results.update(rounds_done=round_ + 1, item=args.items, docs=args.docs, rows=args.rows)
+        results["results"] = summarise(rates, peaks, kinds)
+        meta.results_path("allocator", args.save).write_text(json.dumps(results, indent=2) + "\n")
+    print(json.dumps(results["results"], indent=2))
+
+
+if __name__ == "__main__":
+    main()

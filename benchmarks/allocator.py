@@ -80,15 +80,11 @@ def summarise(
 ) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for kind in kinds:
-        default, tuned = (rates[kind][v] for v in VARIANTS)
-        out[kind] = {
-            "default_peak_rss_mib": round(statistics.median(peaks[kind]["default"]) / 2**20),
-            "tuned_peak_rss_mib": round(statistics.median(peaks[kind]["tuned"]) / 2**20),
-            "default_per_s": round(statistics.median(default)),
-            "tuned_per_s": round(statistics.median(tuned)),
-            "tuned_vs_default": round(statistics.median(tuned) / statistics.median(default), 3),
-            "rounds": {v: [round(r) for r in rates[kind][v]] for v in VARIANTS},
-        }
+        median = {v: statistics.median(rates[kind][v]) for v in VARIANTS}
+        out[kind] = {f"{v}_peak_rss_mib": round(statistics.median(peaks[kind][v]) / 2**20) for v in VARIANTS}
+        out[kind].update({f"{v}_per_s": round(median[v]) for v in VARIANTS})
+        out[kind]["tuned_vs_default"] = round(median["tuned"] / median["default"], 3)
+        out[kind]["rounds"] = {v: [round(r) for r in rates[kind][v]] for v in VARIANTS}
     if "builder" in kinds:
         for variant in VARIANTS:
             base = rates["builder"][variant]
@@ -130,7 +126,7 @@ def main() -> None:
         # every finished round is kept: an interrupted run still leaves its results
         results.update(rounds_done=round_ + 1, item=args.items, docs=args.docs, rows=args.rows)
         results["results"] = summarise(rates, peaks, kinds)
-        meta.results_path("allocator", args.save).write_text(json.dumps(results, indent=2) + "\n")
+        meta.write(meta.results_path("allocator", args.save), results)
     print(json.dumps(results["results"], indent=2))
 
 

@@ -3,21 +3,26 @@
 Usage::
 
     .venv/bin/python benchmarks/loader_overhead.py [--docs 200000] [--rounds 3]
-        [--src DIR,DIR...] [--save]
+        [--src DIR,DIR...] [--local C,W] [--name NAME] [--save]
 
 Rules:
 
 * One packed epoch (``pack_sequences=2048`` over ``peer_workloads.token_spec(docs)``, 8 splits,
   the default permutation) read three ways, each pass in a new process, the clock started at the
   dataset's construction: ``direct`` (iterating the dataset), ``loader_8`` and ``loader_1``
-  (``StreamingDataLoader(ds, batch_size=8 or 1)``, ``num_workers=0``). A loader commits every
+  (``StreamingDataLoader(ds, batch_size=8 or 1)``, ``num_workers=0``) and ``batches_8``
+  (``batch_format="torch"``: packed batches, no Python object per block). A loader commits every
   batch's checkpoint when the batch reaches the trainer, so its cost grows with the batches.
+  A case a tree does not have (``batches_8`` before packed batches) is reported as missing.
 * ``--src`` runs the same passes against other source trees (``PYTHONPATH=DIR``, for example a
   worktree of an earlier commit), interleaved with this one's: before and after a change in one
   run. Rounds are interleaved (every tree, every case, then again); medians are printed with their
   ratios to ``direct`` of the same tree.
-* Results go to ``benchmarks/loader_overhead.local.json`` or, with ``--save``, the committed
-  ``benchmarks/loader_overhead.json``, with the date, versions, machine and command (``meta.py``).
+* ``--local C,W`` reads in ``LocalShuffle(clump=C, window=W)`` order (where the packer, not the
+  random ``take``, is the limit).
+* Results go to ``benchmarks/NAME.local.json`` or, with ``--save``, the committed
+  ``benchmarks/NAME.json`` (``--name``, default ``loader_overhead``), with the date, versions,
+  machine and command (``meta.py``).
 """
 
 from __future__ import annotations
@@ -34,28 +39,45 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-CASES = ("direct", "loader_8", "loader_1")
+CASES = ("direct", "loader_8", "loader_1", "batches_8")
 
 
-def one(case: str, docs: int) -> float:
-    """Tokens per second of one packed epoch read as ``case`` (the clock starts at construction)."""
+def one(case: str, docs: int, local: str | None) -> float:
+    """Tokens per second of one packed epoch read as ``case`` (the clock starts at construction),
+    over the default permutation or ``LocalShuffle(clump, window)`` (``local="C,W"``)."""
     import peer_workloads as pw
     import workloads as w
 
+    options: dict[str, object] = {}
+    if local:
+        from elastic_loader import LocalShuffle
+
+        clump, window = (int(v) for v in local.split(","))
+        options["permutation"] = LocalShuffle(clump=clump, window=window)
     spec = pw.token_spec(docs)
     batch = None if case == "direct" else int(case.split("_")[1])
-    run = w.packed_epoch("elastic_loader", w.token_table(spec), spec, batch_size=batch)
+    formats = {"batch_format": "torch"} if case.startswith("batches") else {}
+    run = w.packed_epoch(
+        "elastic_loader", w.token_table(spec), spec, batch_size=batch, **formats, **options
+    )
     t0 = time.perf_counter()
     tokens = run()
     return tokens / (time.perf_counter() - t0)
 
 
-def fresh(case: str, docs: int, src: str | None) -> float:
+def fresh(case: str, docs: int, src: str | None, local: str | None) -> float | None:
+    """Tokens per second of ``case`` in a new process over source tree ``src`` (``None``: this one);
+    ``None`` when that tree cannot run the case (its error's last line is printed)."""
     env = dict(os.environ)
     if src is not None:
         env["PYTHONPATH"] = src
     command = [sys.executable, __file__, "--one", case, "--docs", str(docs)]
-    done = subprocess.run(command, check=True, capture_output=True, text=True, env=env)
+    if local:
+        command += ["--local", local]
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        print(f"{src or 'this'} {case} failed: {done.stderr.strip().splitlines()[-1]}", flush=True)
+        return None
     return float(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
@@ -66,11 +88,13 @@ def main() -> int:
     parser.add_argument("--docs", type=int, default=200_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--src", default="", help="other source trees to run side by side (comma-separated)")
+    parser.add_argument("--local", metavar="C,W", help="read in LocalShuffle(C, W) order, not the default")
+    parser.add_argument("--name", default="loader_overhead", help="results file name (without .json)")
     parser.add_argument("--save", action="store_true")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(one(args.one, args.docs)))
+        print(json.dumps(one(args.one, args.docs, args.local)))
         return 0
     import meta
     import peer_workloads as pw
@@ -82,7 +106,9 @@ def main() -> int:
     for r in range(args.rounds):
         for tree in trees:
             for case in CASES:
-                rate = fresh(case, args.docs, tree)
+                rate = fresh(case, args.docs, tree, args.local)
+                if rate is None:
+                    continue
                 rates[str(tree or "this")][case].append(rate)
                 print(
                     f"round {r + 1}/{args.rounds} {tree or 'this'} {case}: {rate:,.0f} tokens/s", flush=True
@@ -95,14 +121,16 @@ def main() -> int:
                 "vs_direct": round(statistics.median(values) / statistics.median(by_case["direct"]), 3),
             }
             for case, values in by_case.items()
+            if values
         }
         for tree, by_case in rates.items()
     }
     for tree, by_case in summary.items():
         print(tree, {case: (f"{e['tokens_per_s']:,}", e["vs_direct"]) for case, e in by_case.items()})
     meta.write(
-        meta.results_path("loader_overhead", args.save),
-        {**meta.provenance(), "docs": args.docs, "rounds": args.rounds, "results": summary},
+        meta.results_path(args.name, args.save),
+        {**meta.provenance(), "docs": args.docs, "rounds": args.rounds, "local": args.local}
+        | {"results": summary},
     )
     return 0
 

@@ -191,10 +191,12 @@ def packed_epoch(
     spec: TokenTable,
     num_splits: int = 8,
     batch_size: int | None = None,
+    batch_format: str | None = None,
     **options: Any,
 ) -> Callable[[], int]:
     """One packed epoch at default settings (``options`` over them), counting tokens (padding
-    included); with ``batch_size``, through the implementation's ``StreamingDataLoader`` (no workers)."""
+    included); with ``batch_size``, through the implementation's ``StreamingDataLoader`` (no workers),
+    with ``batch_format`` its packed batches (one ``(batch_size, L)`` tensor pair per step)."""
     cls = _dataset_class(impl)
     budget = blocks_per_epoch(table, spec, num_splits)
 
@@ -210,7 +212,8 @@ def packed_epoch(
             blocks_per_epoch=budget,
             **options,
         )
-        items = ds if batch_size is None else _loader_class(impl)(ds, batch_size=batch_size)
+        formats = {} if batch_format is None else {"batch_format": batch_format}
+        items = ds if batch_size is None else _loader_class(impl)(ds, batch_size=batch_size, **formats)
         return sum(int(block["input_ids"].numel()) for block in items)
 
     return run

@@ -5,7 +5,9 @@ interchangeable. Every reader of a checkpoint (load and merge in ``_provenance``
 commit here) parses the reference keys with these functions and rejects the same
 malformed inputs with ValueError (TypeError when the checkpoint is not a dict). A
 commit joins row progress by element-wise maximum and packed progress per split by
-the larger (blocks emitted, position consumed), ties to the parent.
+the larger (blocks emitted, position consumed), ties to the parent. A live packed progress may
+hold a split's buffer as NumPy arrays (views of its stream, so a batch's progress costs no list
+per token); the checkpoint dict always holds lists (:func:`snapshot`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+
+import numpy as np
 
 SAMPLES = "samples_consumed_per_split"
 POSITIONS = "positions_consumed_per_split"
@@ -31,6 +35,15 @@ class RowState:
     positions: list[int]
 
 
+Tokens = list[int] | np.ndarray
+"""A buffer's tokens or document starts: a list (parsed, or the spec's), or int64 arrays (live)."""
+
+
+def ints(values: Tokens) -> list[int]:
+    """``values`` as a list of Python ints."""
+    return values.tolist() if isinstance(values, np.ndarray) else list(values)
+
+
 @dataclass
 class PackedState:
     """Packed progress of every split: positions consumed, blocks emitted, partial buffers (the spec's
@@ -38,7 +51,7 @@ class PackedState:
 
     consumed: list[int]
     emitted: list[int]
-    buffers: dict[int, tuple[list[int], list[int]]] = field(default_factory=dict)
+    buffers: dict[int, tuple[Tokens, Tokens]] = field(default_factory=dict)
     """Split -> (tokens, document starts); only non-empty buffers."""
 
 
@@ -76,9 +89,9 @@ def snapshot(identity: Identity, progress: State) -> dict[str, object]:
         out[SAMPLES] = list(progress.consumed)
         out[EMITTED] = list(progress.emitted)
         out[BUFFERS] = {
-            split: {"tokens": list(tokens), "starts": list(starts)}
+            split: {"tokens": ints(tokens), "starts": ints(starts)}
             for split, (tokens, starts) in sorted(progress.buffers.items())
-            if tokens
+            if len(tokens)
         }
     return out
 
@@ -155,7 +168,7 @@ def parse_packed(state: Mapping[str, object], num_splits: int) -> PackedState:
     raw = state[BUFFERS]
     if not isinstance(raw, Mapping):
         raise ValueError(f"{BUFFERS} must be a dict")
-    buffers: dict[int, tuple[list[int], list[int]]] = {}
+    buffers: dict[int, tuple[Tokens, Tokens]] = {}
     for key, value in raw.items():
         split = _split_key(key, num_splits)
         if split in buffers:

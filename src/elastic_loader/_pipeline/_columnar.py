@@ -16,7 +16,10 @@ Rules:
 * Progress moves only when a batch is handed out: everything a batch needs (reads, gather,
   conversion) happens first, then the cursor records its rows, then it is yielded. A read that
   fails drops the rows of the unfinished batch from the progress: they were never delivered.
-* The dataset must be in row mode without a ``transform`` (a transform returns Python rows);
+* A packed dataset (``pack_sequences``) yields packed batches in ``"torch"`` or ``"numpy"``
+  format: ``{"input_ids", "doc_ids"}`` of shape ``(B, L)``, what the default collate stacks from
+  the same blocks, with the same checkpoints (``_packing``); ``"arrow"`` is refused.
+* Otherwise the dataset must be in row mode without a ``transform`` (a transform returns Python rows);
   ``collate_fn``, if given, receives each columnar batch and returns what the trainer gets.
   ``"torch"`` needs numeric or boolean columns (fixed-size lists of numbers become 2-D tensors);
   another column raises ``TypeError`` naming it when the loader is built (a null value: at its
@@ -55,12 +58,13 @@ class Columnar:
 
 def check(batch_format: object, batch_size: object, dataset_mode: str | None) -> None:
     """Validate a columnar loader's options; ``dataset_mode`` names what the dataset yields
-    instead of rows (``"pack_sequences"``, ``"transform"``) or is ``None``.
+    instead of rows (``"pack_sequences"``: packed batches, ``_packing``; ``"transform"``) or is
+    ``None``.
 
     Raises:
         TypeError: ``batch_format`` is not a str, or ``batch_size`` not an int.
         ValueError: an unknown format, ``batch_size`` is ``None`` or below 1, or the dataset
-            does not yield plain rows.
+            does not yield plain rows (packed blocks: ``"arrow"`` only).
     """
     if not isinstance(batch_format, str):
         raise TypeError(f"batch_format must be None or one of {FORMATS}, got {batch_format!r}")
@@ -72,10 +76,11 @@ def check(batch_format: object, batch_size: object, dataset_mode: str | None) ->
         raise TypeError(f"batch_size must be an int, got {batch_size!r}")
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    if dataset_mode == "pack_sequences":
+    if dataset_mode == "pack_sequences" and batch_format == "arrow":
         raise ValueError(
-            f"batch_format={batch_format!r} cannot be combined with pack_sequences: packed blocks are "
-            "tensors already; use batch_format=None (the default collate stacks them)"
+            "batch_format='arrow' cannot be combined with pack_sequences: packed blocks are token "
+            "arrays, not table rows; use batch_format='torch' or 'numpy' (each batch a dict of "
+            "(batch_size, pack_sequences) arrays) or batch_format=None (the default collate stacks them)"
         )
     if dataset_mode == "transform":
         raise ValueError(

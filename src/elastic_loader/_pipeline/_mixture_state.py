@@ -25,14 +25,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._checkpoint import PackedState, RowState, State, as_dict, as_int, parse_for, snapshot
+from ._checkpoint import PackedState, RowState, State, Tokens, as_dict, as_int, parse_for, snapshot
 from ._mixture_schedule import Regime, Schedule
 from ._mixture_source import SourceReader
 
 FORMAT = 1
 PINS = "elastic_loader"
 
-Value = tuple[int, int, tuple[list[int], list[int]] | None]
+Value = tuple[int, int, tuple[Tokens, Tokens] | None]
 """One split's value in a source epoch: (samples, positions, -) or (consumed, emitted, buffer)."""
 
 
@@ -53,7 +53,7 @@ def value(state: State, s: int) -> Value:
 def assemble(values: Sequence[Value], packed: bool) -> State:
     if not packed:
         return RowState([v[0] for v in values], [v[1] for v in values])
-    buffers = {s: v[2] for s, v in enumerate(values) if v[2] is not None and v[2][0]}
+    buffers = {s: v[2] for s, v in enumerate(values) if v[2] is not None and len(v[2][0])}
     return PackedState([v[0] for v in values], [v[1] for v in values], buffers)
 
 

@@ -24,6 +24,12 @@ Rules:
   documents, when it is shorter than the next chunk's blocks).
 * ``blocks_per_epoch="auto"`` (:func:`estimate_blocks`) reads a seeded ~1%
   sample of every split once, when the epoch's permutation is built.
+* Packed batches (``StreamingDataLoader(ds, batch_size=B, batch_format="torch" | "numpy")``):
+  an iterator's blocks are cut into batches of ``B`` as torch's fetcher cuts them, and each batch
+  is written once into ``(B, L)`` arrays (in a DataLoader worker, tensors in shared memory, as
+  torch's default collate does), so the batch holds what the default collate would stack, and
+  the checkpoint it carries is the one after its last block. No batch is yielded while a block
+  is pending, so every state a consumer can see is the per-block state after a whole batch.
 * Bytes: a stream holds 8 bytes per token; a chunk of k cycles over n splits
   holds ``k * n * L * BLOCK_BYTES_PER_TOKEN`` bytes (its blocks' tokens and
   ``doc_ids``) until it ends, so k is capped by the byte budget too (at least
@@ -37,14 +43,18 @@ import math
 import random
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import torch
+from torch.utils.data import get_worker_info
 
+from ._checkpoint import Tokens
+from ._columnar import Columnar
 from ._faults import OnError, forgiving, report_dropped
 from ._fetch import Pipeline, Stage, Unit
 from ._lance import Reader
@@ -163,7 +173,7 @@ class _Fetched:
 class SplitStream:
     """One owned split's token stream (buffer, then fetched documents)."""
 
-    def __init__(self, tokens: list[int], starts: list[int], consumed: int, emitted: int) -> None:
+    def __init__(self, tokens: Tokens, starts: Tokens, consumed: int, emitted: int) -> None:
         self.tokens = np.asarray(tokens, dtype=np.int64)
         self.starts = np.asarray(starts, dtype=np.int64)
         self.pulled = len(tokens)
@@ -355,6 +365,10 @@ class PackFeed:
         self.counters.add(ready_rows=added)
 
 
+SplitProgress = tuple[int, int, np.ndarray, np.ndarray]
+"""One owned split's live packed progress: (consumed, emitted, buffer tokens, buffer starts)."""
+
+
 class PackCursor:
     """The live position of one packed iteration: exact packed progress of the owned splits, lazy
     inside a chunk (the checkpoint record is ``_checkpoint.PackedState``)."""
@@ -365,7 +379,7 @@ class PackCursor:
         self._chunk: list[ChunkSplit] | None = None
         self.cursor = 0
         self.length = 0
-        self.final: list[tuple[int, int, list[int], list[int]]] | None = None
+        self.final: list[SplitProgress] | None = None
 
     def begin(self, records: list[ChunkSplit], length: int) -> None:
         with self._lock:
@@ -400,12 +414,13 @@ class PackCursor:
         """Documents the current chunk pulled so far (not yet in the counters); hold ``locked()``."""
         return self._docs_pulled()
 
-    def current(self) -> list[tuple[int, int, list[int], list[int]]]:
-        """Per owned split: (consumed, emitted, buffer tokens, buffer starts)."""
+    def current(self) -> list[SplitProgress]:
+        """Per owned split: (consumed, emitted, buffer tokens, buffer starts); the buffers are
+        arrays that are never written (views of the stream, or copies)."""
         with self._lock:
             return self._current()
 
-    def _current(self) -> list[tuple[int, int, list[int], list[int]]]:
+    def _current(self) -> list[SplitProgress]:
         if self.final is not None:
             return self.final
         if self._chunk is None:
@@ -419,16 +434,16 @@ class PackCursor:
         ]
 
 
-def _plain_state(stream: SplitStream) -> tuple[int, int, list[int], list[int]]:
+def _plain_state(stream: SplitStream) -> SplitProgress:
     stream._settle()
     buffer = stream.tokens[: stream.pulled]
     starts = stream.starts[stream.starts < stream.pulled]
-    return stream.consumed, stream.emitted, buffer.tolist(), starts.tolist()
+    return stream.consumed, stream.emitted, buffer, starts
 
 
 def _record_state(
     record: ChunkSplit, emitted_rel: int, fill_cycle: int | None, length: int
-) -> tuple[int, int, list[int], list[int]]:
+) -> SplitProgress:
     if fill_cycle is None:
         consumed, pulled = record.consumed0, record.pulled0
     else:
@@ -436,8 +451,9 @@ def _record_state(
     lo = emitted_rel * length
     hi = max(lo, min(pulled, len(record.tokens)))
     buffer = record.tokens[lo:hi]
-    starts = record.starts[(record.starts >= lo) & (record.starts < hi)] - lo
-    return consumed, record.emitted0 + emitted_rel, buffer.tolist(), starts.tolist()
+    first, last = np.searchsorted(record.starts, (lo, hi)).tolist()  # the starts are ascending
+    starts = record.starts[first:last] - lo
+    return consumed, record.emitted0 + emitted_rel, buffer, starts
 
 
 def _cycles_ready(pipeline: Pipeline, feed: PackFeed, i: int, length: int) -> int | None:
@@ -490,9 +506,23 @@ def _block(ids: np.ndarray, doc_ids: np.ndarray) -> dict[str, torch.Tensor]:
     return {"input_ids": torch.from_numpy(ids), "doc_ids": torch.from_numpy(doc_ids)}
 
 
+Item = TypeVar("Item")
+Block = tuple[np.ndarray, np.ndarray]
+"""One block's ``input_ids`` and ``doc_ids`` rows (views of its chunk), before they become an item."""
+
+
+def _pair(ids: np.ndarray, doc_ids: np.ndarray) -> Block:
+    return ids, doc_ids
+
+
 def _catch_up(
-    pipeline: Pipeline, feed: PackFeed, length: int, pad: int, counters: Counters
-) -> Iterator[dict[str, torch.Tensor]]:
+    pipeline: Pipeline,
+    feed: PackFeed,
+    length: int,
+    pad: int,
+    counters: Counters,
+    make: Callable[[np.ndarray, np.ndarray], Item],
+) -> Iterator[Item]:
     """Lagging splits emit one block at a time in (emitted, split) order until all are level."""
     streams = feed.streams
     top = max(s.emitted for s in streams)
@@ -509,7 +539,7 @@ def _catch_up(
         counters.add(ready_rows=-docs, consumed_rows=docs, rows_delivered=docs)
         if count + 1 < top:
             heapq.heappush(lagging, (count + 1, i))
-        yield _block(ids[0], doc_ids[0])
+        yield make(ids[0], doc_ids[0])
 
 
 def iterate(
@@ -523,20 +553,41 @@ def iterate(
     counters: Counters,
     read_ahead_bytes: int,
     targets: list[int | None] | None = None,
-) -> Iterator[dict[str, torch.Tensor]]:
-    """Yield ``{"input_ids", "doc_ids"}`` blocks of the owned splits in canonical order.
+    batches: Columnar | None = None,
+) -> Iterator[Any]:
+    """Yield ``{"input_ids", "doc_ids"}`` blocks of the owned splits in canonical order, or with
+    ``batches``, the same blocks stacked ``batches.batch_size`` at a time (``_stacked``).
 
     Projected splits first replay their blocks up to ``targets`` (not yielded); then lagging
     splits catch up one block at a time; then every cycle yields one block per owned split, k
     cycles at a time with k within ``read_ahead_bytes`` (at least one cycle).
     """
+    args = (pipeline, feed, progress, read_ahead_bytes, targets, length, pad, budget, counters)
+    if batches is None:
+        return _blocks(*args, _block)
+    return _stacked(_blocks(*args, _pair), batches, length)
+
+
+def _blocks(
+    pipeline: Pipeline,
+    feed: PackFeed,
+    progress: PackCursor,
+    read_ahead_bytes: int,
+    targets: list[int | None] | None,
+    length: int,
+    pad: int,
+    budget: int,
+    counters: Counters,
+    make: Callable[[np.ndarray, np.ndarray], Item],
+) -> Generator[Item, None, None]:
+    """:func:`iterate`'s blocks, each made into an item by ``make(input_ids, doc_ids)``."""
     streams = feed.streams
     n = len(streams)
     cycle_bytes = n * length * BLOCK_BYTES_PER_TOKEN
     most = max(1, read_ahead_bytes // cycle_bytes)
     if targets is not None:
         _replay(pipeline, feed, targets, length, pad, counters, min(most * n, MAX_CHUNK_CYCLES))
-    yield from _catch_up(pipeline, feed, length, pad, counters)
+    yield from _catch_up(pipeline, feed, length, pad, counters, make)
     while streams[0].emitted < budget:
         ready: list[int | None] = []
         for i in range(n):
@@ -557,12 +608,58 @@ def iterate(
                 for i in range(n):
                     ids, doc_ids, _ = cut[i]
                     progress.cursor += 1
-                    yield _block(ids[c], doc_ids[c])
+                    yield make(ids[c], doc_ids[c])
             complete = True
         finally:
             progress.end(complete, counters)
             feed.chunk_bytes = 0
             del cut
+
+
+def _stacked(blocks: Generator[Block, None, None], mode: Columnar, length: int) -> Iterator[Any]:
+    """Batches of ``mode.batch_size`` consecutive blocks (``drop_last``: not a short last one).
+
+    A block is counted as handed out when it joins the pending batch, and the batch is yielded as
+    soon as it is full, so at every yield the progress is exactly that of its last block."""
+    size, pending = mode.batch_size, []
+    try:
+        for block in blocks:
+            pending.append(block)
+            if len(pending) == size:
+                batch, pending = _stack(pending, length, mode.batch_format), []
+                yield batch
+        if pending and not mode.drop_last:
+            yield _stack(pending, length, mode.batch_format)
+    finally:
+        blocks.close()  # ends the chunk at the last block handed out
+
+
+def _stack(pending: list[Block], length: int, batch_format: str) -> dict[str, Any]:
+    """The ``(len(pending), length)`` arrays of the blocks, written once (torch's default collate
+    stacks to the same values)."""
+    rows = len(pending)
+    if batch_format == "torch":
+        tensors = {name: _empty_tensor(rows, length) for name in ("input_ids", "doc_ids")}
+        ids, doc_ids = tensors["input_ids"].numpy(), tensors["doc_ids"].numpy()
+    else:
+        ids, doc_ids = np.empty((rows, length), np.int64), np.empty((rows, length), np.int64)
+    np.stack([block[0] for block in pending], out=ids)
+    np.stack([block[1] for block in pending], out=doc_ids)
+    if batch_format == "torch":
+        return tensors
+    return {"input_ids": ids, "doc_ids": doc_ids}
+
+
+def _empty_tensor(rows: int, length: int) -> torch.Tensor:
+    """An int64 ``(rows, length)`` tensor; in a DataLoader worker its storage is shared memory, so
+    the batch reaches the trainer's process without another copy (as with the default collate)."""
+    if get_worker_info() is None:
+        return torch.empty((rows, length), dtype=torch.int64)
+    template = torch.empty(0, dtype=torch.int64)
+    storage = template._typed_storage()._new_shared(  # type: ignore[no-untyped-call]  # as default_collate
+        rows * length, device=template.device
+    )
+    return template.new(storage).resize_(rows, length)
 
 
 def estimate_blocks(reader: Reader, column: str, rows: np.ndarray, length: int, seed: int) -> int:

@@ -70,7 +70,7 @@ class Session:
             if self.columnar is not None:
                 return self._columnar_items(self.start, self.columnar)
             return self._row_items(self.start)
-        return self._packed_items(self.start)
+        return self._packed_items(self.start, self.columnar)
 
     def _pipeline(
         self,
@@ -129,7 +129,7 @@ class Session:
         pipeline = self._pipeline(stage, demand.want, positions, sorted_reads=False, buffered=feed.held_bytes)
         yield from _columnar.iterate(pipeline, feed, self.row_cursor, owned, counters, mode)
 
-    def _packed_items(self, start: PackedState) -> Iterator[Any]:
+    def _packed_items(self, start: PackedState, batches: _columnar.Columnar | None) -> Iterator[Any]:
         settings, owned, counters = self.settings, self.owned, self.counters
         length, eos, pad = settings.pack_sequences, settings.eos_id, settings.pad_id
         assert length is not None and eos is not None and pad is not None
@@ -154,6 +154,7 @@ class Session:
             counters=counters,
             read_ahead_bytes=settings.read_ahead_bytes,
             targets=[self.targets.get(s) for s in owned] if self.targets else None,
+            batches=batches,
         )
 
     def statistics(self) -> Statistics:
@@ -196,7 +197,7 @@ class Session:
             for i, (c, e, tokens, starts) in enumerate(self.pack_cursor.current()):
                 s = self.owned[i]
                 consumed[s], emitted[s] = c, e
-                if tokens:
+                if len(tokens):
                     buffers[s] = (tokens, starts)
                 else:
                     buffers.pop(s, None)

@@ -21,9 +21,10 @@ Rules:
 * ``len(loader)`` is the number of batches of a whole epoch: each worker batches
   its own splits, so it is ``num_workers`` times one worker's batch count
   (``drop_last``: each worker drops its own short last batch).
-* ``batch_format`` (columnar batches, ``_columnar``): torch is told not to batch, and every item
-  the dataset yields is a whole batch of ``batch_size`` rows of one iterator, so commits, the
-  ledger's batch size, ``len`` and ``drop_last`` are row mode's.
+* ``batch_format`` (columnar batches, ``_columnar``; packed batches, ``_packing``): torch is told
+  not to batch, and every item the dataset yields is a whole batch of ``batch_size`` rows (blocks)
+  of one iterator, so commits, the ledger's batch size, ``len`` and ``drop_last`` are those of
+  torch's batching.
 * ``persistent_workers=True``: the workers' copies are re-seeded from the parent
   at every iteration (``_reseed``).
 * Only a StreamingDataLoader iterates its adapter: a DataLoader another library
@@ -199,7 +200,8 @@ def _columnar_options(
     link = LoaderLink(dataset)
     _columnar.check(batch_format, size, link.yields())
     assert isinstance(batch_format, str) and isinstance(size, int)
-    _columnar.check_types(batch_format, link.read_types())
+    if link.yields() != "pack_sequences":  # packed blocks are int64 token arrays in every format
+        _columnar.check_types(batch_format, link.read_types())
     mode = _columnar.Columnar(size, batch_format, bool(options.get("drop_last", False)))
     collate = options.get("collate_fn")
     options.update(batch_size=None, drop_last=False, collate_fn=_as_is if collate is None else collate)
@@ -373,7 +375,9 @@ class StreamingDataLoader(DataLoader[Any]):
     batch one ``pyarrow.RecordBatch`` or dict of arrays or tensors, with no Python object per row:
     the same rows per batch and the same checkpoints as row mode (``_columnar``; docs/PIPELINE.md).
     ``loader.batch_size`` is then ``None`` (torch does not batch); ``collate_fn`` receives each
-    columnar batch.
+    columnar batch. Over a packed dataset, ``"torch"`` or ``"numpy"`` makes each batch
+    ``{"input_ids", "doc_ids"}`` of shape ``(batch_size, pack_sequences)``, built without a Python
+    object per block: the default collate's values and checkpoints.
 
     ``sync_epoch_end`` (``False``, ``True`` for the default process group, or a
     ``torch.distributed`` process group) makes every rank stop at the same global
@@ -387,7 +391,8 @@ class StreamingDataLoader(DataLoader[Any]):
             ``sync_epoch_end`` is neither a bool, ``None`` nor a process group, or ``batch_format``
             is not a str (``batch_size`` not an int with it).
         ValueError: an unsupported option is set, or ``batch_format`` is unknown, lacks a
-            ``batch_size >= 1``, or meets a dataset with ``transform`` or ``pack_sequences``.
+            ``batch_size >= 1``, or meets a dataset with ``transform`` (``"arrow"``: or
+            ``pack_sequences``).
     """
 
     _is_accelerate_prepared = True

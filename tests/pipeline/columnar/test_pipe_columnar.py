@@ -197,8 +197,8 @@ def test_datasets_that_do_not_yield_plain_rows_are_refused(multi_table: Any) -> 
         pad_id=0,
         blocks_per_epoch=4,
     )
-    with pytest.raises(ValueError, match="pack_sequences"):
-        StreamingDataLoader(packed, batch_size=2, batch_format="torch")
+    with pytest.raises(ValueError, match="pack_sequences"):  # packed batches: torch or numpy
+        StreamingDataLoader(packed, batch_size=2, batch_format="arrow")
     transformed = StreamingDataset(multi_table, num_splits=2, transform=lambda b: b.to_pylist())
     with pytest.raises(ValueError, match="collate_fn"):
         StreamingDataLoader(transformed, batch_size=2, batch_format="arrow")

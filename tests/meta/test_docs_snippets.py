@@ -153,7 +153,7 @@ def integrations_guide(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, 
 
 
 def pipeline_columnar(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    """A 640-row corpus at db_path."""
+    """A 640-row corpus at db_path (columnar and packed batches)."""
     corpus(tmp / "db", "corpus", 640)
     return {"db_path": str(tmp / "db")}
 
@@ -183,6 +183,7 @@ CONTEXTS: dict[tuple[str, int], Context] = {
     ("docs/INTEGRATIONS.md", 3): integrations_guide,
     ("docs/PIPELINE.md", 0): checkpoints_guide,
     ("docs/PIPELINE.md", 1): pipeline_columnar,
+    ("docs/PIPELINE.md", 2): pipeline_columnar,
     ("docs/MIXTURES.md", 0): mixtures_guide,
 }
 

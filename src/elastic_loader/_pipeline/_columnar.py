@@ -17,8 +17,12 @@ Rules:
   conversion) happens first, then the cursor records its rows, then it is yielded. A read that
   fails drops the rows of the unfinished batch from the progress: they were never delivered.
 * A packed dataset (``pack_sequences``) yields packed batches in ``"torch"`` or ``"numpy"``
-  format: ``{"input_ids", "doc_ids"}`` of shape ``(B, L)``, what the default collate stacks from
-  the same blocks, with the same checkpoints (``_packing``); ``"arrow"`` is refused.
+  format (:func:`stacked`): ``{"input_ids", "doc_ids"}`` of shape ``(B, L)``, what the default
+  collate stacks from the same ``B`` blocks of one iterator, written once (in a DataLoader worker
+  into shared memory, as the default collate does); ``"arrow"`` is refused. A block counts as
+  handed out when it joins the pending batch, which is yielded as soon as it is full, so every
+  state a consumer sees is the per-block state after a whole batch: the checkpoints are the
+  default collate's.
 * Otherwise the dataset must be in row mode without a ``transform`` (a transform returns Python rows);
   ``collate_fn``, if given, receives each columnar batch and returns what the trainer gets.
   ``"torch"`` needs numeric or boolean columns (fixed-size lists of numbers become 2-D tensors);
@@ -30,7 +34,7 @@ from __future__ import annotations
 
 import functools
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -316,3 +320,48 @@ def _begin(cursor: RowCursor, counters: Counters, positions: list[range]) -> Non
     """A chunk's first rows are handed out: fold the previous chunk, start this one."""
     cursor.end(counters)
     cursor.begin(positions)
+
+
+def stacked(
+    blocks: Generator[tuple[np.ndarray, np.ndarray], None, None], mode: Columnar, length: int
+) -> Iterator[dict[str, Any]]:
+    """Packed batches: ``mode.batch_size`` consecutive blocks (``input_ids``, ``doc_ids`` rows)
+    at a time as ``(B, length)`` arrays or tensors (``drop_last``: not a short last batch)."""
+    size, pending = mode.batch_size, []
+    try:
+        for block in blocks:
+            pending.append(block)
+            if len(pending) == size:
+                batch, pending = _stack(pending, length, mode.batch_format), []
+                yield batch
+        if pending and not mode.drop_last:
+            yield _stack(pending, length, mode.batch_format)
+    finally:
+        blocks.close()  # ends the packed chunk at the last block handed out
+
+
+def _stack(pending: list[tuple[np.ndarray, np.ndarray]], length: int, batch_format: str) -> dict[str, Any]:
+    rows = len(pending)
+    if batch_format == "torch":
+        tensors = {name: _empty_tensor(rows, length) for name in ("input_ids", "doc_ids")}
+        arrays = {name: t.numpy() for name, t in tensors.items()}
+    else:
+        arrays = {name: np.empty((rows, length), np.int64) for name in ("input_ids", "doc_ids")}
+    np.stack([b[0] for b in pending], out=arrays["input_ids"])
+    np.stack([b[1] for b in pending], out=arrays["doc_ids"])
+    return tensors if batch_format == "torch" else arrays
+
+
+def _empty_tensor(rows: int, length: int) -> Any:
+    """An int64 ``(rows, length)`` tensor; in a DataLoader worker its storage is shared memory, so
+    the batch reaches the trainer's process without another copy (as with the default collate)."""
+    import torch
+    from torch.utils.data import get_worker_info
+
+    if get_worker_info() is None:
+        return torch.empty((rows, length), dtype=torch.int64)
+    template = torch.empty(0, dtype=torch.int64)
+    storage = template._typed_storage()._new_shared(  # type: ignore[no-untyped-call]  # as default_collate
+        rows * length, device=template.device
+    )
+    return template.new(storage).resize_(rows, length)

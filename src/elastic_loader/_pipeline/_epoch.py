@@ -13,7 +13,7 @@ Rules:
 * With ``ELASTIC_LOADER_PERM_CACHE`` set, the builder's permutation (without
   ``split_strategy``) is read from and written to that cache (``_permcache``).
 * ``blocks_per_epoch="auto"`` is estimated once per epoch from a seeded ~1%
-  sample (``_packing.estimate_blocks``), with a ``UserWarning`` attributed to
+  sample (``_budget.estimate_blocks``), with a ``UserWarning`` attributed to
   the caller of the constructor or of ``set_epoch``.
 * Progress starts at the beginning of every split (:func:`start_progress`).
 """
@@ -26,9 +26,9 @@ from typing import Any, cast
 
 import numpy as np
 
+from ._budget import estimate_blocks
 from ._checkpoint import PackedState, RowState, State
 from ._lance import BuilderArgs, Reader, SplitRows, build_permutation, reader_for
-from ._packing import estimate_blocks
 from ._permcache import cache_dir, cache_key, cached
 from ._positions import PositionPerm, build_positions
 from ._rowfile import Payload, RowFile, rows_of

@@ -22,14 +22,7 @@ Rules:
   by EOS. Blocks are views of the stream; what a chunk leaves over is cut from
   where it is by the next chunk (copied again only together with new
   documents, when it is shorter than the next chunk's blocks).
-* ``blocks_per_epoch="auto"`` (:func:`estimate_blocks`) reads a seeded ~1%
-  sample of every split once, when the epoch's permutation is built.
-* Packed batches (``StreamingDataLoader(ds, batch_size=B, batch_format="torch" | "numpy")``):
-  an iterator's blocks are cut into batches of ``B`` as torch's fetcher cuts them, and each batch
-  is written once into ``(B, L)`` arrays (in a DataLoader worker, tensors in shared memory, as
-  torch's default collate does), so the batch holds what the default collate would stack, and
-  the checkpoint it carries is the one after its last block. No batch is yielded while a block
-  is pending, so every state a consumer can see is the per-block state after a whole batch.
+* A loader's packed batches (``batch_format``) stack these blocks (``_columnar.stacked``).
 * Bytes: a stream holds 8 bytes per token; a chunk of k cycles over n splits
   holds ``k * n * L * BLOCK_BYTES_PER_TOKEN`` bytes (its blocks' tokens and
   ``doc_ids``) until it ends, so k is capped by the byte budget too (at least
@@ -39,31 +32,23 @@ Rules:
 from __future__ import annotations
 
 import heapq
-import math
-import random
 import threading
 import time
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import torch
-from torch.utils.data import get_worker_info
 
 from ._checkpoint import Tokens
-from ._columnar import Columnar
 from ._faults import OnError, forgiving, report_dropped
 from ._fetch import Pipeline, Stage, Unit
-from ._lance import Reader
 from ._stats import Counters
 
 INT64_MAX = 2**63 - 1
-AUTO_SAMPLE_CAP = 100_000
-"""Documents the ``blocks_per_epoch="auto"`` estimate reads at most (over all splits)."""
-AUTO_TAKE_ROWS = 16384
 MAX_CHUNK_CYCLES = 1024
 TOKEN_BYTES = 8
 BLOCK_BYTES_PER_TOKEN = 16
@@ -502,16 +487,16 @@ def _replay(
             counters.add(ready_rows=-int(record.docs[-1]))
 
 
-def _block(ids: np.ndarray, doc_ids: np.ndarray) -> dict[str, torch.Tensor]:
+def block(ids: np.ndarray, doc_ids: np.ndarray) -> dict[str, torch.Tensor]:
+    """A yielded block: ``{"input_ids", "doc_ids"}`` tensors over the chunk's rows."""
     return {"input_ids": torch.from_numpy(ids), "doc_ids": torch.from_numpy(doc_ids)}
 
 
 Item = TypeVar("Item")
-Block = tuple[np.ndarray, np.ndarray]
-"""One block's ``input_ids`` and ``doc_ids`` rows (views of its chunk), before they become an item."""
 
 
-def _pair(ids: np.ndarray, doc_ids: np.ndarray) -> Block:
+def pair(ids: np.ndarray, doc_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A block as its two rows (views of its chunk), for a loader's packed batches."""
     return ids, doc_ids
 
 
@@ -553,34 +538,15 @@ def iterate(
     counters: Counters,
     read_ahead_bytes: int,
     targets: list[int | None] | None = None,
-    batches: Columnar | None = None,
-) -> Iterator[Any]:
-    """Yield ``{"input_ids", "doc_ids"}`` blocks of the owned splits in canonical order, or with
-    ``batches``, the same blocks stacked ``batches.batch_size`` at a time (``_stacked``).
+    make: Callable[[np.ndarray, np.ndarray], Item],
+) -> Generator[Item, None, None]:
+    """Yield the blocks of the owned splits in canonical order, each made by ``make(input_ids,
+    doc_ids)`` (``{"input_ids", "doc_ids"}`` tensors; ``pair`` for a loader's packed batches).
 
     Projected splits first replay their blocks up to ``targets`` (not yielded); then lagging
     splits catch up one block at a time; then every cycle yields one block per owned split, k
     cycles at a time with k within ``read_ahead_bytes`` (at least one cycle).
     """
-    args = (pipeline, feed, progress, read_ahead_bytes, targets, length, pad, budget, counters)
-    if batches is None:
-        return _blocks(*args, _block)
-    return _stacked(_blocks(*args, _pair), batches, length)
-
-
-def _blocks(
-    pipeline: Pipeline,
-    feed: PackFeed,
-    progress: PackCursor,
-    read_ahead_bytes: int,
-    targets: list[int | None] | None,
-    length: int,
-    pad: int,
-    budget: int,
-    counters: Counters,
-    make: Callable[[np.ndarray, np.ndarray], Item],
-) -> Generator[Item, None, None]:
-    """:func:`iterate`'s blocks, each made into an item by ``make(input_ids, doc_ids)``."""
     streams = feed.streams
     n = len(streams)
     cycle_bytes = n * length * BLOCK_BYTES_PER_TOKEN
@@ -614,79 +580,3 @@ def _blocks(
             progress.end(complete, counters)
             feed.chunk_bytes = 0
             del cut
-
-
-def _stacked(blocks: Generator[Block, None, None], mode: Columnar, length: int) -> Iterator[Any]:
-    """Batches of ``mode.batch_size`` consecutive blocks (``drop_last``: not a short last one).
-
-    A block is counted as handed out when it joins the pending batch, and the batch is yielded as
-    soon as it is full, so at every yield the progress is exactly that of its last block."""
-    size, pending = mode.batch_size, []
-    try:
-        for block in blocks:
-            pending.append(block)
-            if len(pending) == size:
-                batch, pending = _stack(pending, length, mode.batch_format), []
-                yield batch
-        if pending and not mode.drop_last:
-            yield _stack(pending, length, mode.batch_format)
-    finally:
-        blocks.close()  # ends the chunk at the last block handed out
-
-
-def _stack(pending: list[Block], length: int, batch_format: str) -> dict[str, Any]:
-    """The ``(len(pending), length)`` arrays of the blocks, written once (torch's default collate
-    stacks to the same values)."""
-    rows = len(pending)
-    if batch_format == "torch":
-        tensors = {name: _empty_tensor(rows, length) for name in ("input_ids", "doc_ids")}
-        ids, doc_ids = tensors["input_ids"].numpy(), tensors["doc_ids"].numpy()
-    else:
-        ids, doc_ids = np.empty((rows, length), np.int64), np.empty((rows, length), np.int64)
-    np.stack([block[0] for block in pending], out=ids)
-    np.stack([block[1] for block in pending], out=doc_ids)
-    if batch_format == "torch":
-        return tensors
-    return {"input_ids": ids, "doc_ids": doc_ids}
-
-
-def _empty_tensor(rows: int, length: int) -> torch.Tensor:
-    """An int64 ``(rows, length)`` tensor; in a DataLoader worker its storage is shared memory, so
-    the batch reaches the trainer's process without another copy (as with the default collate)."""
-    if get_worker_info() is None:
-        return torch.empty((rows, length), dtype=torch.int64)
-    template = torch.empty(0, dtype=torch.int64)
-    storage = template._typed_storage()._new_shared(  # type: ignore[no-untyped-call]  # as default_collate
-        rows * length, device=template.device
-    )
-    return template.new(storage).resize_(rows, length)
-
-
-def estimate_blocks(reader: Reader, column: str, rows: np.ndarray, length: int, seed: int) -> int:
-    """The ``blocks_per_epoch="auto"`` budget: tokens (EOS included) of a seeded ~1% sample.
-
-    ``rows`` holds every split's row ids (``splits x split length``). Each split
-    samples the same number of positions, ``min(ceil(m / 100), 100000 / splits)``
-    and at least one; the token count is scaled to the epoch, cut into blocks of
-    ``length`` and rounded down to a multiple of the split count (at least one
-    block per split).
-
-    Raises:
-        ValueError: a sampled document has null tokens.
-    """
-    s, m = int(rows.shape[0]), int(rows.shape[1])
-    cap = max(1, AUTO_SAMPLE_CAP // s)
-    rng = random.Random(seed)
-    per_split = min(m, max(1, min(math.ceil(m / 100), cap)))
-    picks = [sorted(rng.sample(range(m), per_split)) for _ in range(s)]
-    ids = np.concatenate([rows[split, offsets] for split, offsets in enumerate(picks)])
-    sampled_tokens = 0
-    for start in range(0, len(ids), AUTO_TAKE_ROWS):
-        tokens = reader.take(ids[start : start + AUTO_TAKE_ROWS], [column]).column(0)
-        if tokens.null_count or pc.list_flatten(tokens).null_count:
-            raise ValueError(NULL_TOKENS)
-        sampled_tokens += int(pc.sum(pc.list_value_length(tokens)).as_py() or 0)
-    sampled = per_split * s
-    estimated = (sampled_tokens + sampled) * (m * s) // sampled
-    blocks = estimated // length
-    return max(s, blocks - blocks % s)

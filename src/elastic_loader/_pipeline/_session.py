@@ -26,6 +26,7 @@ Rules:
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import KW_ONLY, dataclass, field, replace
@@ -144,7 +145,8 @@ class Session:
         demand = PackDemand(streams, length, settings.io_queue_depth, settings.read_ahead_bytes)
         consumed = [start.consumed[s] for s in owned]
         pipeline = self._pipeline(stage, demand.want, consumed, sorted_reads=True, buffered=feed.held_bytes)
-        yield from _packing.iterate(
+        cut = functools.partial(
+            _packing.iterate,
             pipeline,
             feed,
             self.pack_cursor,
@@ -154,8 +156,11 @@ class Session:
             counters=counters,
             read_ahead_bytes=settings.read_ahead_bytes,
             targets=[self.targets.get(s) for s in owned] if self.targets else None,
-            batches=batches,
         )
+        if batches is None:
+            yield from cut(make=_packing.block)
+        else:
+            yield from _columnar.stacked(cut(make=_packing.pair), batches, length)
 
     def statistics(self) -> Statistics:
         """The counters, with the items of the current chunk handed out so far counted as consumed."""

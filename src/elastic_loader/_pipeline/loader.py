@@ -21,10 +21,9 @@ Rules:
 * ``len(loader)`` is the number of batches of a whole epoch: each worker batches
   its own splits, so it is ``num_workers`` times one worker's batch count
   (``drop_last``: each worker drops its own short last batch).
-* ``batch_format`` (columnar batches, ``_columnar``; packed batches, ``_packing``): torch is told
-  not to batch, and every item the dataset yields is a whole batch of ``batch_size`` rows (blocks)
-  of one iterator, so commits, the ledger's batch size, ``len`` and ``drop_last`` are those of
-  torch's batching.
+* ``batch_format`` (columnar or packed batches, ``_columnar``): torch is told not to batch, and
+  every item the dataset yields is a whole batch of ``batch_size`` rows or blocks of one iterator,
+  so commits, the ledger's batch size, ``len`` and ``drop_last`` are those of torch's batching.
 * ``persistent_workers=True``: the workers' copies are re-seeded from the parent
   at every iteration (``_reseed``).
 * Only a StreamingDataLoader iterates its adapter: a DataLoader another library
@@ -200,8 +199,7 @@ def _columnar_options(
     link = LoaderLink(dataset)
     _columnar.check(batch_format, size, link.yields())
     assert isinstance(batch_format, str) and isinstance(size, int)
-    if link.yields() != "pack_sequences":  # packed blocks are int64 token arrays in every format
-        _columnar.check_types(batch_format, link.read_types())
+    _columnar.check_types(batch_format, {} if link.yields() == "pack_sequences" else link.read_types())
     mode = _columnar.Columnar(size, batch_format, bool(options.get("drop_last", False)))
     collate = options.get("collate_fn")
     options.update(batch_size=None, drop_last=False, collate_fn=_as_is if collate is None else collate)
@@ -391,8 +389,7 @@ class StreamingDataLoader(DataLoader[Any]):
             ``sync_epoch_end`` is neither a bool, ``None`` nor a process group, or ``batch_format``
             is not a str (``batch_size`` not an int with it).
         ValueError: an unsupported option is set, or ``batch_format`` is unknown, lacks a
-            ``batch_size >= 1``, or meets a dataset with ``transform`` (``"arrow"``: or
-            ``pack_sequences``).
+            ``batch_size >= 1``, or meets a ``transform`` (``"arrow"``: or ``pack_sequences``).
     """
 
     _is_accelerate_prepared = True

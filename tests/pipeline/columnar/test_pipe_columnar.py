@@ -18,7 +18,8 @@ import pyarrow as pa
 import pytest
 import torch
 from columnar_harness import run
-from hypothesis import given, strategies as st
+from hypothesis import given
+from loader_runs import loader_runs, resumed_pair
 
 from elastic_loader import LocalShuffle, StreamingDataLoader, StreamingDataset
 from elastic_loader.spec import Faults, RowState, RunConfig, Topology, run_loader
@@ -221,37 +222,12 @@ def test_workers_deliver_row_modes_batches_and_checkpoints(multi_table: Any, bat
     assert run(resumed)[0] == expected[5:]
 
 
-@st.composite
-def _runs(draw: st.DrawFn) -> tuple[dict[str, Any], int, bool, int]:
-    world = draw(st.sampled_from([1, 2, 4]))
-    splits = world * draw(st.integers(1, 3))
-    kwargs: dict[str, Any] = {
-        "num_splits": splits,
-        "world_size": world,
-        "rank": draw(st.integers(0, world - 1)),
-        "shuffle_seed": draw(st.integers(0, 3)),
-        "read_batch_size": draw(st.sampled_from([1, 5, 64])),
-        "shuffle": draw(st.booleans()),
-    }
-    if draw(st.booleans()):
-        kwargs["filter"] = "id % 4 != 1"
-    return kwargs, draw(st.integers(1, 40)), draw(st.booleans()), draw(st.integers(0, 30))
-
-
-@given(_runs())
+@given(loader_runs(max_batch=40, max_skip=30))
 def test_random_runs_match_row_mode(multi_table: Any, run_: tuple[dict[str, Any], int, bool, int]) -> None:
     """Random topologies, batch sizes, ``drop_last`` and a resume after a plain iteration of ``skip``
     rows (any state: mid-cycle, lagging splits): the same batches and checkpoints in both modes."""
     kwargs, batch_size, drop_last, skip = run_
-    plain = StreamingDataset(multi_table, **kwargs)
-    it = iter(plain)
-    for _ in range(skip):
-        next(it)
-    start = plain.state_dict()
-    it.close()
-    row_ds, col_ds = StreamingDataset(multi_table, **kwargs), StreamingDataset(multi_table, **kwargs)
-    row_ds.load_state_dict(start)
-    col_ds.load_state_dict(start)
+    row_ds, col_ds = resumed_pair(lambda: StreamingDataset(multi_table, **kwargs), skip)
     rows = rows_loader(row_ds, batch_size=batch_size, drop_last=drop_last)
     columnar = StreamingDataLoader(col_ds, batch_size=batch_size, drop_last=drop_last, batch_format="numpy")
     assert len(columnar) == len(rows)

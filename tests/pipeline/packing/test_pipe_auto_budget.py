@@ -8,7 +8,8 @@ from the executable spec (``estimate_blocks_per_epoch``) over LanceDB's permutat
 and the table's own token lists, for epochs 0 and 2 (the permutation changes, the sampling seed
 does not), and the epoch then emits exactly that many blocks.
 
-Later cases, written to kill surviving mutants of ``estimate_blocks`` (then in ``_packing``, now ``_budget``) (docs/MUTATION.md):
+Later cases, written to kill surviving mutants of
+``estimate_blocks`` (then in ``_packing``, now ``_budget``) (docs/MUTATION.md):
 splits of 2 to 100 rows (one sampled document, not two), samples of empty documents only (no
 token counted), null token lists and null tokens refused, and, through a reader that makes up
 token counts (``Reader`` is the pipeline's one read interface), an epoch of 50,001 splits of 101
@@ -25,8 +26,8 @@ import pyarrow as pa
 import pytest
 
 from elastic_loader import StreamingDataset
-from elastic_loader._pipeline._lance import Reader
 from elastic_loader._pipeline._budget import estimate_blocks
+from elastic_loader._pipeline._lance import Reader
 from elastic_loader.spec.packing import estimate_blocks_per_epoch
 
 ROWS = 600

@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, strategies as st
+from hypothesis import given
+from loader_runs import loader_runs, resumed_pair
 
 from elastic_loader import LocalShuffle, StreamingDataLoader, StreamingDataset
 
@@ -138,25 +139,7 @@ def test_workers_deliver_the_default_collates_batches_and_checkpoints(multi_tabl
     assert run(resumed)[0] == expected[4:]
 
 
-@st.composite
-def _runs(draw: st.DrawFn) -> tuple[dict[str, Any], int, bool, int]:
-    world = draw(st.sampled_from([1, 2, 4]))
-    splits = world * draw(st.integers(1, 3))
-    kwargs: dict[str, Any] = {
-        "num_splits": splits,
-        "world_size": world,
-        "rank": draw(st.integers(0, world - 1)),
-        "shuffle_seed": draw(st.integers(0, 3)),
-        "read_batch_size": draw(st.sampled_from([1, 5, 64])),
-        "shuffle": draw(st.booleans()),
-        "blocks_per_epoch": splits * draw(st.integers(1, 12)),
-    }
-    if draw(st.booleans()):
-        kwargs["filter"] = "id % 4 != 1"
-    return kwargs, draw(st.integers(1, 20)), draw(st.booleans()), draw(st.integers(0, 15))
-
-
-@given(_runs())
+@given(loader_runs(max_batch=20, max_skip=15, blocks_per_split=12))
 def test_random_runs_match_the_default_collate(
     multi_table: Any, run_: tuple[dict[str, Any], int, bool, int]
 ) -> None:
@@ -164,16 +147,7 @@ def test_random_runs_match_the_default_collate(
     ``skip`` blocks (any state: mid-chunk, lagging splits that catch up first): the same batches
     and checkpoints in both modes."""
     kwargs, batch_size, drop_last, skip = run_
-    plain = packed(multi_table, **kwargs)
-    it = iter(plain)
-    for _ in range(skip):
-        if next(it, None) is None:
-            break
-    start = plain.state_dict()
-    it.close()
-    block_ds, batch_ds = packed(multi_table, **kwargs), packed(multi_table, **kwargs)
-    block_ds.load_state_dict(start)
-    batch_ds.load_state_dict(start)
+    block_ds, batch_ds = resumed_pair(lambda: packed(multi_table, **kwargs), skip)
     blocks = StreamingDataLoader(block_ds, batch_size=batch_size, drop_last=drop_last)
     batches = StreamingDataLoader(batch_ds, batch_size=batch_size, drop_last=drop_last, batch_format="numpy")
     assert len(batches) == len(blocks)

@@ -9,8 +9,9 @@ Rules:
 * :meth:`Tracker.record` is what ``state_dict()`` writes: this rank's progress, reported, and the
   other ranks' inferred from the ledger under lockstep (``_provenance.infer``).
 * The tracker does no I/O and knows nothing of torch: the dataset hands it the running session.
-* A batch collated in this process carries a :class:`LocalSnapshot` (the progress itself), one
-  from a worker process a checkpoint dict, which is parsed and checked; both commit the same.
+* A batch carries a :class:`BatchSnapshot` (the dataset's identity and progress, which its own
+  iterator made: no parsing), collated in this process or pickled from a worker; a checkpoint
+  dict (what the reference's workers send) is parsed and checked instead. Both commit the same.
 """
 
 from __future__ import annotations
@@ -26,10 +27,10 @@ from ._topology import owned_splits, role_splits
 
 
 @dataclass(frozen=True)
-class LocalSnapshot:
-    """The checkpoint of a batch collated in this process (``num_workers=0``): the dataset's
-    identity and progress when it was collated, which need no parsing (a worker's batch carries
-    ``ckpt.snapshot``'s dict instead; its tokens alone cost a parse per token)."""
+class BatchSnapshot:
+    """The checkpoint of a batch: the dataset's identity and progress when it was collated, in
+    this process or a worker's (pickled with the batch; packed buffers as arrays). It needs no
+    parsing: a checkpoint dict would cost a parse per buffered token in the trainer's process."""
 
     identity: ckpt.Identity
     progress: ckpt.State
@@ -119,7 +120,7 @@ class Tracker:
 
     def commit(self, identity: ckpt.Identity, state: object, worker: int | None, num_workers: int) -> None:
         """Fold a delivered batch's checkpoint (from torch worker ``worker``) into the progress."""
-        if isinstance(state, LocalSnapshot):  # collated in this process: no parsing needed
+        if isinstance(state, BatchSnapshot):  # made by this dataset's own iterator: no parsing
             if state.identity != identity:
                 raise ValueError(
                     "a batch's checkpoint belongs to another epoch or permutation of this dataset "

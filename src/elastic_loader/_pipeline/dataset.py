@@ -49,7 +49,7 @@ from ._session import EpochLink, Lease, Session
 from ._settings import Settings, settings_for
 from ._stats import Counters, Statistics, StatisticsView, new_shared, zero_worker_gauges
 from ._topology import check_workers, owned_splits, rank_block
-from ._tracker import LocalSnapshot, Tracker
+from ._tracker import BatchSnapshot, Tracker
 from ._validate import check_epoch
 
 logger = logging.getLogger("elastic_loader")
@@ -467,12 +467,11 @@ class LoaderLink(EpochLink):
         return {f.name: f.type for f in schema if columns is None or f.name in columns}
 
     def snapshot(self, local: bool = False) -> object:
-        """The checkpoint of this process's dataset right now (no gate: it travels with a batch);
-        ``local``: for a batch collated in this process (a ``LocalSnapshot``, not a dict)."""
+        """The checkpoint of this process's dataset right now (no gate: it travels with a batch),
+        as a ``BatchSnapshot`` in this process and in a worker alike (``local`` is the mixture
+        link's distinction; a dataset's snapshot pickles its progress as it is)."""
         ds = self._dataset
-        if local:
-            return LocalSnapshot(ds._identity, ds._tracker.current(ds._lease.session))
-        return ds._snapshot()
+        return BatchSnapshot(ds._identity, ds._tracker.current(ds._lease.session))
 
     def commit(self, state: object, worker: int | None, num_workers: int) -> None:
         """Fold a delivered batch's checkpoint (from torch worker ``worker``) into the dataset."""

@@ -95,7 +95,7 @@ _POSITIONAL = (
 class _Delivered(NamedTuple):
     data: Any
     state: object
-    """The batch's checkpoint: a dict from a worker process, a ``LocalSnapshot`` from this one."""
+    """The batch's checkpoint (a dataset's ``BatchSnapshot``, a mixture's dict)."""
     worker: int | None
     """The torch worker that produced the batch (``None``: the main process)."""
 

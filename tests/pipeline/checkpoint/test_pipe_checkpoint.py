@@ -561,13 +561,15 @@ def reference_keys(state: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in state.items() if k != "elastic_loader"}
 
 
+@pytest.mark.parametrize("workers", [0, 2])
 @pytest.mark.parametrize("packed", [False, True])
-def test_in_process_batches_commit_their_progress_without_a_checkpoint_dict(
-    multi_table: Any, monkeypatch: pytest.MonkeyPatch, packed: bool
+def test_batches_commit_their_progress_without_a_checkpoint_dict(
+    multi_table: Any, monkeypatch: pytest.MonkeyPatch, packed: bool, workers: int
 ) -> None:
-    """A batch collated in this process carries its progress itself (a ``LocalSnapshot``): no
-    checkpoint dict is built and parsed per batch (the tokens of a packed one cost a parse each),
-    and the states are those of plain iteration at the same items."""
+    """A batch carries its progress itself (a ``BatchSnapshot``), collated in this process or
+    pickled from a worker: no checkpoint dict is built and parsed per batch (the tokens of a packed
+    one cost a parse each), and the states are those of plain iteration at the same items (with
+    workers: the state after the last batch, and a resume from a mid-epoch one)."""
     from elastic_loader._pipeline import _checkpoint
 
     kwargs: dict[str, Any] = {"num_splits": 4, "columns": ["id"]}
@@ -577,28 +579,42 @@ def test_in_process_batches_commit_their_progress_without_a_checkpoint_dict(
     states = [reference_keys(plain_ds.state_dict()) for _ in plain_ds]
 
     def refused(*args: Any) -> Any:
-        raise AssertionError("an in-process batch's checkpoint went through the dict parser")
+        raise AssertionError("a batch's checkpoint went through the dict parser")
 
-    monkeypatch.setattr(_checkpoint, "commit", refused)
+    monkeypatch.setattr(_checkpoint, "commit", refused)  # the trainer's process only
     ds = StreamingDataset(multi_table, **kwargs)
-    for n, _ in enumerate(StreamingDataLoader(ds, batch_size=3), 1):
-        assert reference_keys(ds.state_dict()) == states[min(3 * n, len(states)) - 1]
-    assert n == -(-len(states) // 3)
+    if workers == 0:
+        for n, _ in enumerate(StreamingDataLoader(ds, batch_size=3), 1):
+            assert reference_keys(ds.state_dict()) == states[min(3 * n, len(states)) - 1]
+        assert n == -(-len(states) // 3)
+        return
+    loader = StreamingDataLoader(ds, batch_size=3, num_workers=workers, collate_fn=list)
+    batches, saved = [], []
+    for batch in loader:
+        batches.append(batch)
+        saved.append(loader.state_dict())
+    assert reference_keys(ds.state_dict()) == states[-1]
+    resumed = StreamingDataLoader(
+        StreamingDataset(multi_table, **kwargs), batch_size=3, num_workers=workers, collate_fn=list
+    )
+    resumed.load_state_dict(saved[5])
+    key = (lambda b: [x["input_ids"].tolist() for x in b]) if packed else (lambda b: [x["id"] for x in b])
+    assert [key(b) for b in resumed] == [key(b) for b in batches[6:]]
 
 
-def test_a_local_snapshot_of_another_epoch_is_refused(multi_table: Any) -> None:
-    """The in-process commit checks the batch's identity as the dict path does."""
+def test_a_batch_snapshot_of_another_epoch_is_refused(multi_table: Any) -> None:
+    """A batch's snapshot is checked for the dataset's identity as a checkpoint dict is."""
     import dataclasses
 
-    from elastic_loader._pipeline._tracker import LocalSnapshot
+    from elastic_loader._pipeline._tracker import BatchSnapshot
 
     ds = StreamingDataset(multi_table, num_splits=4)
     tracker, identity = ds._tracker, ds._identity
-    snapshot = LocalSnapshot(dataclasses.replace(identity, epoch=identity.epoch + 1), tracker.progress)
+    snapshot = BatchSnapshot(dataclasses.replace(identity, epoch=identity.epoch + 1), tracker.progress)
     with pytest.raises(ValueError, match="another epoch or permutation"):
         tracker.commit(identity, snapshot, None, 0)
     tracker.open_loader(0, 3)
-    tracker.commit(identity, LocalSnapshot(identity, tracker.progress), None, 0)  # its own: accepted
+    tracker.commit(identity, BatchSnapshot(identity, tracker.progress), None, 0)  # its own: accepted
 
 
 @pytest.mark.parametrize("packed_parent", [False, True])

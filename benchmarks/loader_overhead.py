@@ -11,8 +11,11 @@ Rules:
   the default permutation) read three ways, each pass in a new process, the clock started at the
   dataset's construction: ``direct`` (iterating the dataset), ``loader_8`` and ``loader_1``
   (``StreamingDataLoader(ds, batch_size=8 or 1)``, ``num_workers=0``) and ``batches_8``
-  (``batch_format="torch"``: packed batches, no Python object per block). A loader commits every
-  batch's checkpoint when the batch reaches the trainer, so its cost grows with the batches.
+  (``batch_format="torch"``: packed batches, no Python object per block); ``workers_8``
+  (``batch_size=8``, ``num_workers=2``) and ``torch_floor_8``, a plain torch ``DataLoader`` with
+  2 workers over a dataset that reads nothing and yields as many blocks of the same shape (the
+  ceiling torch's worker transport sets on this machine). A loader commits every batch's
+  checkpoint when the batch reaches the trainer, so its cost grows with the batches.
   A case a tree does not have (``batches_8`` before packed batches) is reported as missing.
 * ``--src`` runs the same passes against other source trees (``PYTHONPATH=DIR``, for example a
   worktree of an earlier commit), interleaved with this one's: before and after a change in one
@@ -34,12 +37,49 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+import torch.utils.data as torch_data
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-CASES = ("direct", "loader_8", "loader_1", "batches_8")
+CASES = ("direct", "loader_8", "loader_1", "batches_8", "workers_8", "torch_floor_8")
+WORKERS = 2
+
+
+class _Blocks(torch_data.IterableDataset):  # type: ignore[type-arg]
+    """``blocks`` blocks of ``length`` tokens (input_ids and doc_ids), shared out over the workers,
+    made without reading anything: torch's DataLoader alone."""
+
+    def __init__(self, blocks: int, length: int) -> None:
+        self.blocks, self.length = blocks, length
+
+    def __iter__(self) -> Any:
+        import torch
+
+        info = torch_data.get_worker_info()
+        workers, me = (1, 0) if info is None else (info.num_workers, info.id)
+        row = torch.arange(self.length)
+        for _ in range(me, self.blocks, workers):
+            yield {"input_ids": row.clone(), "doc_ids": row.clone()}
+
+
+def torch_floor(blocks: int, length: int, batch: int) -> Callable[[], int]:
+    def run() -> int:
+        from elastic_loader._pipeline.loader import default_context
+
+        loader = torch_data.DataLoader(
+            _Blocks(blocks, length),
+            batch_size=batch,
+            num_workers=WORKERS,
+            multiprocessing_context=default_context(),
+        )
+        return sum(int(b["input_ids"].numel()) for b in loader)
+
+    return run
 
 
 def one(case: str, docs: int, local: str | None) -> float:
@@ -55,11 +95,17 @@ def one(case: str, docs: int, local: str | None) -> float:
         clump, window = (int(v) for v in local.split(","))
         options["permutation"] = LocalShuffle(clump=clump, window=window)
     spec = pw.token_spec(docs)
-    batch = None if case == "direct" else int(case.split("_")[1])
-    formats = {"batch_format": "torch"} if case.startswith("batches") else {}
-    run = w.packed_epoch(
-        "elastic_loader", w.token_table(spec), spec, batch_size=batch, **formats, **options
-    )
+    table = w.token_table(spec)
+    batch = None if case == "direct" else int(case.split("_")[-1])
+    if case.startswith("torch_floor"):
+        assert batch is not None
+        run = torch_floor(w.blocks_per_epoch(table, spec, 8), spec.pack, batch)
+    else:
+        formats = {"batch_format": "torch"} if case.startswith("batches") else {}
+        workers = WORKERS if case.startswith("workers") else 0
+        run = w.packed_epoch(
+            "elastic_loader", table, spec, batch_size=batch, num_workers=workers, **formats, **options
+        )
     t0 = time.perf_counter()
     tokens = run()
     return tokens / (time.perf_counter() - t0)

@@ -192,11 +192,13 @@ def packed_epoch(
     num_splits: int = 8,
     batch_size: int | None = None,
     batch_format: str | None = None,
+    num_workers: int = 0,
     **options: Any,
 ) -> Callable[[], int]:
     """One packed epoch at default settings (``options`` over them), counting tokens (padding
     included); with ``batch_size``, through the implementation's ``StreamingDataLoader`` (no workers),
-    with ``batch_format`` its packed batches (one ``(batch_size, L)`` tensor pair per step)."""
+    with ``batch_format`` its packed batches (one ``(batch_size, L)`` tensor pair per step), with
+    ``num_workers`` its worker processes (the loader's default start method)."""
     cls = _dataset_class(impl)
     budget = blocks_per_epoch(table, spec, num_splits)
 
@@ -212,8 +214,10 @@ def packed_epoch(
             blocks_per_epoch=budget,
             **options,
         )
-        formats = {} if batch_format is None else {"batch_format": batch_format}
-        items = ds if batch_size is None else _loader_class(impl)(ds, batch_size=batch_size, **formats)
+        extra: dict[str, Any] = {} if batch_format is None else {"batch_format": batch_format}
+        if num_workers:
+            extra["num_workers"] = num_workers
+        items = ds if batch_size is None else _loader_class(impl)(ds, batch_size=batch_size, **extra)
         return sum(int(block["input_ids"].numel()) for block in items)
 
     return run

@@ -68,7 +68,7 @@ def check(batch_format: object, batch_size: object, dataset_mode: str | None) ->
     Raises:
         TypeError: ``batch_format`` is not a str, or ``batch_size`` not an int.
         ValueError: an unknown format, ``batch_size`` is ``None`` or below 1, or the dataset
-            does not yield plain rows (packed blocks: ``"arrow"`` only).
+            does not yield plain rows (packed blocks: only ``"arrow"`` is refused).
     """
     if not isinstance(batch_format, str):
         raise TypeError(f"batch_format must be None or one of {FORMATS}, got {batch_format!r}")

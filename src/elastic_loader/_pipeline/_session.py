@@ -145,7 +145,7 @@ class Session:
         demand = PackDemand(streams, length, settings.io_queue_depth, settings.read_ahead_bytes)
         consumed = [start.consumed[s] for s in owned]
         pipeline = self._pipeline(stage, demand.want, consumed, sorted_reads=True, buffered=feed.held_bytes)
-        cut = functools.partial(
+        blocks = functools.partial(
             _packing.iterate,
             pipeline,
             feed,
@@ -158,9 +158,9 @@ class Session:
             targets=[self.targets.get(s) for s in owned] if self.targets else None,
         )
         if batches is None:
-            yield from cut(make=_packing.block)
+            yield from blocks(make=_packing.block)
         else:
-            yield from _columnar.stacked(cut(make=_packing.pair), batches, length)
+            yield from _columnar.stacked(blocks(make=_packing.pair), batches, length)
 
     def statistics(self) -> Statistics:
         """The counters, with the items of the current chunk handed out so far counted as consumed."""

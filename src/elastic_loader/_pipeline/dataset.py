@@ -312,9 +312,6 @@ class StreamingDataset(StatisticsView, IterableDataset[Any]):
     def _identity(self) -> ckpt.Identity:
         return self._settings.identity(self._epoch, self._perm.fingerprint, self._blocks_per_epoch)
 
-    def _snapshot(self) -> dict[str, object]:
-        return ckpt.snapshot(self._identity, self._tracker.current(self._lease.session))
-
     def state_dict(self) -> dict[str, object]:
         """The checkpoint: settings plus per-split progress, in ``lancedb.streaming``'s format.
 
@@ -466,10 +463,9 @@ class LoaderLink(EpochLink):
             return {}
         return {f.name: f.type for f in schema if columns is None or f.name in columns}
 
-    def snapshot(self, local: bool = False) -> object:
+    def snapshot(self) -> object:
         """The checkpoint of this process's dataset right now (no gate: it travels with a batch),
-        as a ``BatchSnapshot`` in this process and in a worker alike (``local`` is the mixture
-        link's distinction; a dataset's snapshot pickles its progress as it is)."""
+        as a ``BatchSnapshot`` in this process and in a worker alike (pickled as it is)."""
         ds = self._dataset
         return BatchSnapshot(ds._identity, ds._tracker.current(ds._lease.session))
 

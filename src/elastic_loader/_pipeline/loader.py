@@ -178,7 +178,7 @@ class _CommitCollate:
         adapter = info.dataset if info is not None else self._adapter
         if not isinstance(adapter, _Adapter):
             raise RuntimeError("StreamingDataLoader collate ran outside of a dataset iteration")
-        return _Delivered(data, adapter.link.snapshot(local=info is None), None if info is None else info.id)
+        return _Delivered(data, adapter.link.snapshot(), None if info is None else info.id)
 
 
 _END = object()

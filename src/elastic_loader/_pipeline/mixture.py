@@ -465,8 +465,8 @@ class MixtureLink(EpochLink):
         assert columnar is None
         return self._mixture._run(transport=True)
 
-    def snapshot(self, local: bool = False) -> dict[str, object]:
-        """The producing iterator's progress (the same dict in this process: ``local`` is ignored)."""
+    def snapshot(self) -> dict[str, object]:
+        """The producing iterator's progress (the same dict in this process and in a worker)."""
         m = self._mixture
         live = m._live
         if live is None:

@@ -215,6 +215,9 @@ class Pipeline:
         hint = limits.row_bytes_hint
         if hint is None:  # an earlier pipeline of this reader measured it
             hint = getattr(reader, "row_bytes_seen", None)
+        elif getattr(reader, "row_bytes_seen", None) is None:
+            with contextlib.suppress(AttributeError):  # the reader picks its read path by row size
+                reader.row_bytes_seen = hint
         self._hint = hint if self._budget is not None else None
         self._closed = False
         self._gauge_lock = threading.Lock()

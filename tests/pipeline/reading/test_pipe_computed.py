@@ -19,6 +19,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from elastic_loader._pipeline import _lance
 from elastic_loader._pipeline._computed import ComputedPermutation, read_positions
 from elastic_loader.spec import computed as spec
 
@@ -192,3 +193,71 @@ def test_read_positions_keeps_the_order_asked_for(deleted_table: tuple[Any, int,
     got = read_positions(dataset, positions, ["id"])
     assert got.column("id").to_pylist() == [live[p] for p in positions.tolist()]
     assert read_positions(dataset, np.empty(0, dtype=np.uint64), ["id"]).num_rows == 0
+
+
+# ---------------------------------------------------------------- range scans
+
+
+def test_range_runs_cut_ascending_positions_into_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs are returned only when they are long enough on average, in rows and in bytes, and the
+    row size is known; a repeated position always goes to ``take``."""
+    monkeypatch.setattr(_lance, "RANGE_MIN_RUN_ROWS", 4)
+    monkeypatch.setattr(_lance, "RANGE_MIN_RUN_BYTES", 100)
+    positions = np.array([3, 4, 5, 6, 7, 20, 21, 22, 23, 40, 41, 42, 43, 44, 45], dtype=np.int64)
+    assert _lance.range_runs(positions, 20) == [(3, 8), (20, 24), (40, 46)]
+    assert _lance.range_runs(positions, 19) is None  # a mean run of 5 rows is 95 bytes
+    assert _lance.range_runs(positions, None) is None
+    assert _lance.range_runs(positions[:3], 1000) is None
+    assert _lance.range_runs(np.array([1, 3, 5, 7, 9, 11, 13, 15]), 1000) is None
+    assert _lance.range_runs(np.array([0, 1, 2, 2, 3, 4, 5, 6]), 1000) is None
+    assert _lance.range_runs(np.arange(10, 90), 1000) == [(10, 90)]
+
+
+def test_range_scans_read_what_take_reads(
+    deleted_table: tuple[Any, int, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runs crossing the three fragments and the deleted rows, asked in any order, read the rows a
+    scan in storage order puts at those positions, through range scans."""
+    monkeypatch.setattr(_lance, "RANGE_MIN_RUN_ROWS", 4)
+    monkeypatch.setattr(_lance, "RANGE_MIN_RUN_BYTES", 1)
+    table, _, _ = deleted_table
+    live = _scan_ids(table.to_lance())
+    reader, rows, _ = _lance.position_reader(table, None)
+    assert rows == len(live) == 86
+    scans: list[list[tuple[int, int]]] = []
+    original = _lance._PositionReader.scan_ranges
+
+    def spy(self: Any, ranges: list[tuple[int, int]], columns: Any, count: int) -> pa.Table:
+        scans.append(ranges)
+        return original(self, ranges, columns, count)
+
+    monkeypatch.setattr(_lance._PositionReader, "scan_ranges", spy)
+    runs = np.concatenate([np.arange(0, 12), np.arange(25, 40), np.arange(55, 64), np.arange(80, 86)])
+    for order in (runs, runs[::-1], np.random.default_rng(3).permutation(runs)):
+        unknown = reader.take(order, ["id"])  # the row size is not known yet: take
+        assert unknown.column("id").to_pylist() == [live[p] for p in order.tolist()]
+        reader.row_bytes_seen = 8
+        got = reader.take(order, ["id"])
+        assert got.column("id").to_pylist() == [live[p] for p in order.tolist()]
+        reader.row_bytes_seen = None
+    assert scans == [[(0, 12), (25, 40), (55, 64), (80, 86)]] * 3
+    reader.row_bytes_seen = 8
+    with pytest.raises((OSError, ValueError)):  # past the last live row, as with take
+        reader.take(np.arange(80, 90), ["id"])
+
+
+def test_a_range_scan_that_returns_fewer_rows_raises() -> None:
+    """Never a short read passed on as if whole: a range scan must bring one row per position."""
+
+    class Short:
+        def take_scan(self, ranges: Any, columns: Any, batch_readahead: int) -> Any:
+            return iter([pa.record_batch({"id": pa.array([1], pa.int64())})])
+
+    class Dataset:
+        _ds = Short()
+        uri = "memory://short"
+
+    reader = _lance._PositionReader(Dataset())
+    reader.row_bytes_seen = 2**20
+    with pytest.raises(OSError, match="memory://short returned 1 rows for 40 positions"):
+        reader.take(np.arange(40), ["id"])

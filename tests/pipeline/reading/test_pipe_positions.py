@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from elastic_loader import LocalShuffle, StreamingDataLoader, StreamingDataset, merge_state_dicts
+from elastic_loader._pipeline import _lance
 from elastic_loader._pipeline._lance import Reader
 from elastic_loader.spec import (
     Faults,
@@ -192,7 +193,48 @@ def test_loader_with_worker_processes_follows_the_spec_and_resumes(
     )
 
 
-def test_packing_follows_the_spec(tmp_path: Path) -> None:
+@pytest.fixture
+def range_scans(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Runs of 4 positions or more are read as range scans; returns the rows of every range scan."""
+    monkeypatch.setattr(_lance, "RANGE_MIN_RUN_ROWS", 4)
+    monkeypatch.setattr(_lance, "RANGE_MIN_RUN_BYTES", 1)
+    rows: list[int] = []
+    original = _lance._PositionReader.scan_ranges
+
+    def counted(self: Any, ranges: list[tuple[int, int]], columns: Any, count: int) -> pa.Table:
+        rows.append(count)
+        return original(self, ranges, columns, count)
+
+    monkeypatch.setattr(_lance._PositionReader, "scan_ranges", counted)
+    return rows
+
+
+@pytest.mark.parametrize("n", [103, 1000])
+def test_range_scans_follow_the_spec(odd_tables: dict[int, Any], range_scans: list[int], n: int) -> None:
+    """Rows and columnar batches read by range scans (the 103-row table has deleted rows, the 1000-row
+    one four fragments) are the spec's, and so is the rest after a resume."""
+    table, kind = odd_tables[n], LocalShuffle(clump=20, window=40)
+    splits = expected_splits(table, kind, 3, seed=5)
+    expected = spec_rows(splits, [0, 1, 2], initial_row_state(3))
+    ds = StreamingDataset(table, num_splits=3, permutation=kind, shuffle_seed=5)
+    assert ids(ds) == expected
+    assert sum(range_scans) >= len(expected) // 2
+    ds = StreamingDataset(table, num_splits=3, permutation=kind, shuffle_seed=5, columns=["id"])
+    loader = StreamingDataLoader(ds, batch_size=16, batch_format="numpy")
+    it = iter(loader)
+    head = [int(x) for _ in range(2) for x in next(it)["id"]]
+    state = ds.state_dict()
+    it.close()
+    resumed = StreamingDataset(table, num_splits=3, permutation=kind, shuffle_seed=5, columns=["id"])
+    resumed.load_state_dict(state)
+    loader = StreamingDataLoader(resumed, batch_size=16, batch_format="numpy")
+    rest = [int(x) for batch in loader for x in batch["id"]]
+    assert head + rest == expected
+
+
+@pytest.mark.parametrize("reads", ["take", "range scans"])
+def test_packing_follows_the_spec(tmp_path: Path, reads: str, request: pytest.FixtureRequest) -> None:
+    scanned = request.getfixturevalue("range_scans") if reads == "range scans" else None
     docs = 600
     tokens = [[1000 * i + j for j in range(i % 4)] for i in range(docs)]
     db = lancedb.connect(str(tmp_path))
@@ -201,7 +243,8 @@ def test_packing_follows_the_spec(tmp_path: Path) -> None:
         pa.table({"id": pa.array(range(docs), pa.int64()), "tokens": pa.array(tokens, pa.list_(pa.int64()))}),
     )
     corpus = {i: tuple(tokens[i]) for i in range(docs)}
-    for kind in ("computed", LocalShuffle(clump=5, window=9)):
+    kinds = ("computed", LocalShuffle(clump=5, window=9), LocalShuffle(clump=40, window=80))
+    for kind in kinds:
         splits = expected_splits(table, kind, 3, seed=4)
         config = PackingConfig(8, -1, -2, 3 * 40)
         start = PackedState((0,) * 3, (0,) * 3, {})
@@ -226,6 +269,7 @@ def test_packing_follows_the_spec(tmp_path: Path) -> None:
             )  # fmt: skip
         lengths = [[len(tokens[i]) for i in split] for split in splits]
         assert auto.blocks_per_epoch == estimate_blocks_per_epoch(lengths, 4, 8)
+    assert scanned is None or sum(scanned) >= docs  # the clumps of 40 were read by range scans
 
 
 # ------------------------------------------------------------------ identity and checkpoints

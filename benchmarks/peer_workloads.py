@@ -569,6 +569,19 @@ TOKEN_LOADERS = (
         lambda t, spec: packed_elastic(t, spec, permutation=LocalShuffle(clump=8, window=64)),
     ),
     Loader(
+        "elastic_local_32_256",
+        "elastic-loader pack_sequences=2048, LocalShuffle(clump=32, window=256)",
+        None,
+        lambda t, spec: packed_elastic(t, spec, permutation=LocalShuffle(clump=32, window=256)),
+    ),
+    Loader(
+        "elastic_local_256_1024",
+        "elastic-loader pack_sequences=2048, LocalShuffle(clump=256, window=1024) (lance.torch's run length, "
+        "shuffled inside a window)",
+        None,
+        lambda t, spec: packed_elastic(t, spec, permutation=LocalShuffle(clump=256, window=1024)),
+    ),
+    Loader(
         "raw_take_16k",
         "raw random take, 16384 documents per call, Arrow",
         None,

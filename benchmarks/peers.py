@@ -27,8 +27,10 @@ Rules:
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -54,16 +56,43 @@ def _items(result: Any) -> int:
     return len(result) if isinstance(result, np.ndarray) else int(result)
 
 
-def measure(runs: dict[str, Callable[[], Any]], rounds: int, on_first: Callable[[str, Any], None]) -> dict:
+Timed = Callable[[str], tuple[int, float, Any]]
+"""``timed(name)``: run loader ``name`` once; (items, seconds, what it delivered or its summary)."""
+
+
+def in_process(runs: dict[str, Callable[[], Any]]) -> Timed:
+    """Every run in this process."""
+
+    def timed(name: str) -> tuple[int, float, Any]:
+        t0 = time.perf_counter()
+        result = runs[name]()
+        seconds = time.perf_counter() - t0
+        return _items(result), seconds, result
+
+    return timed
+
+
+def in_new_processes(workload: str, args: argparse.Namespace) -> Timed:
+    """Every run in a new Python process (this script with ``--one WORKLOAD/NAME``): no run inherits the
+    heap, threads or caches of the ones before it. Its result is the child's summary (``one``)."""
+
+    def timed(name: str) -> tuple[int, float, Any]:
+        command = [sys.executable, __file__, "--one", f"{workload}/{name}", "--rows", str(args.rows)]
+        command += ["--docs", str(args.docs)]
+        done = subprocess.run(command, check=True, capture_output=True, text=True)
+        summary: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+        return summary["items"], summary["seconds"], summary
+
+    return timed
+
+
+def measure(names: Sequence[str], rounds: int, timed: Timed, on_first: Callable[[str, Any], None]) -> dict:
     """Seconds and items/s of every run over interleaved rounds; ``on_first`` sees each first result."""
-    samples: dict[str, list[float]] = {name: [] for name in runs}
-    counts: dict[str, list[int]] = {name: [] for name in runs}
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    counts: dict[str, list[int]] = {name: [] for name in names}
     for r in range(rounds):
-        for name, run in runs.items():
-            t0 = time.perf_counter()
-            result = run()
-            seconds = time.perf_counter() - t0
-            items = _items(result)
+        for name in names:
+            items, seconds, result = timed(name)
             samples[name].append(items / seconds)
             counts[name].append(items)
             print(
@@ -104,39 +133,65 @@ def _finish(measured: dict, chosen: Sequence[pw.Loader], skipped: dict) -> dict:
     return {**out, **{name: {"skipped": why} for name, why in skipped.items()}}
 
 
-def row_workload(rows: int, rounds: int, only: set[str], skip: set[str]) -> dict:
+def _judge(ids: np.ndarray, rows: int) -> dict[str, Any]:
+    return {"delivered": len(ids), "distinct": len(np.unique(ids)), "quality": quality.summary(ids, rows)}
+
+
+def row_workload(args: argparse.Namespace) -> dict:
+    rows = args.rows
     table = w.rows_table(rows)
-    chosen, skipped = select(pw.ROW_LOADERS, only, skip)
+    chosen, skipped = select(pw.ROW_LOADERS, args.only, args.skip)
     print(f"row mode: {rows:,} rows; preparing {', '.join(x.name for x in chosen)}", flush=True)
-    runs = {loader.name: loader.make(table) for loader in chosen}
+    runs = {loader.name: loader.make(table) for loader in chosen}  # builds the peers' copies once
     found: dict[str, dict] = {}
 
-    def judge(name: str, ids: Any) -> None:
-        found[name] = {
-            "delivered": len(ids),
-            "distinct": len(np.unique(ids)),
-            "quality": quality.summary(ids, rows),
-        }
+    def judge(name: str, got: Any) -> None:
+        found[name] = (
+            {key: got[key] for key in ("delivered", "distinct", "quality")}
+            if args.fresh
+            else _judge(got, rows)
+        )
 
-    measured = measure(runs, rounds, judge)
+    timed = in_new_processes("rows", args) if args.fresh else in_process(runs)
+    measured = measure(list(runs), args.rounds, timed, judge)
     for name, extra in found.items():
         measured[name].update(extra)
     return {"table_rows": rows, "unit": "rows/s", "loaders": _finish(measured, chosen, skipped)}
 
 
-def packing_workload(docs: int, rounds: int, only: set[str], skip: set[str]) -> dict:
-    spec = pw.token_spec(docs)
+def packing_workload(args: argparse.Namespace) -> dict:
+    spec = pw.token_spec(args.docs)
     table = w.token_table(spec)
-    chosen, skipped = select(pw.TOKEN_LOADERS, only, skip)
-    print(f"packing: {docs:,} documents of 128-2048 tokens, L={spec.pack}", flush=True)
+    chosen, skipped = select(pw.TOKEN_LOADERS, args.only, args.skip)
+    print(f"packing: {args.docs:,} documents of 128-2048 tokens, L={spec.pack}", flush=True)
     runs = {loader.name: loader.make(table, spec) for loader in chosen}
-    measured = measure(runs, rounds, lambda name, tokens: None)
+    timed = in_new_processes("packing", args) if args.fresh else in_process(runs)
+    measured = measure(list(runs), args.rounds, timed, lambda name, tokens: None)
     return {
-        "documents": docs,
+        "documents": args.docs,
         "pack": spec.pack,
         "unit": "tokens/s",
         "loaders": _finish(measured, chosen, skipped),
     }
+
+
+def one(what: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The body of ``--one WORKLOAD/NAME``: one timed run of one loader, and its summary."""
+    workload, name = what.split("/")
+    if workload == "rows":
+        loader = {x.name: x for x in pw.ROW_LOADERS}[name]
+        run = loader.make(w.rows_table(args.rows))
+    else:
+        spec = pw.token_spec(args.docs)
+        loader = {x.name: x for x in pw.TOKEN_LOADERS}[name]
+        run = loader.make(w.token_table(spec), spec)
+    t0 = time.perf_counter()
+    result = run()
+    seconds = time.perf_counter() - t0
+    out: dict[str, Any] = {"items": _items(result), "seconds": seconds}
+    if workload == "rows":
+        out.update(_judge(result, args.rows))
+    return out
 
 
 def print_table(title: str, workload: dict) -> None:
@@ -176,6 +231,8 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--skip", type=_names, default=set(), help="comma-separated loader names")
     parser.add_argument("--no-packing", action="store_true")
     parser.add_argument("--no-rows", action="store_true")
+    parser.add_argument("--fresh", action="store_true", help="every run in a new process")
+    parser.add_argument("--one", metavar="WORKLOAD/NAME", help=argparse.SUPPRESS)  # a --fresh child
     parser.add_argument("--json", type=Path, default=None, help="write the results here instead")
     parser.add_argument(
         "--save", action="store_true", help="write the committed peers.json (else peers.local.json)"
@@ -189,16 +246,20 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
     w.quiet()
+    if args.one:
+        print(json.dumps(one(args.one, args)))
+        return 0
     results: dict[str, Any] = {
-        "environment": meta.environment(),
+        **meta.provenance(),
+        "fresh_processes": args.fresh,
         "rounds": args.rounds,
         "quality_definitions": quality.DEFINITIONS,
     }
     if not args.no_rows:
-        results["rows"] = row_workload(args.rows, args.rounds, args.only, args.skip)
+        results["rows"] = row_workload(args)
         print_table(f"row mode, {args.rows:,} rows", results["rows"])
     if not args.no_packing:
-        results["packing"] = packing_workload(args.docs, args.rounds, args.only, args.skip)
+        results["packing"] = packing_workload(args)
         print_table(f"packing, {args.docs:,} documents, L=2048", results["packing"])
     print("\nratio: median items/s over elastic_loader's; |corr|, adjacent, head10 (first-1% decile spread),")
     print("headKS: shuffle quality of the delivered id order, 0 is best (benchmarks/quality.py)")

@@ -1,16 +1,18 @@
-"""What glibc's malloc settings do to a packed epoch: the same passes with and without them.
+"""What an environment setting does to an epoch: the same passes with and without it (glibc's malloc
+settings by default; also range scans turned off).
 
 Usage::
 
     .venv/bin/python benchmarks/allocator.py [--rounds 5] [--docs 200000]
-        [--kinds builder,local_8_64] [--items packing] [--save]
+        [--kinds builder,local_8_64] [--items packing] [--variants default,tuned] [--name NAME] [--save]
 
-Every pass is one ``permutation_read.py --one KIND/ITEM`` in a new Python process, once with
-the environment as it is (``default``) and once with :data:`TUNED` added (``tuned``); the
-rounds interleave kinds and variants, so both variants of a kind run minutes apart on the same
-machine state. The settings must be set before the process starts (glibc reads them once), which
-is why they are a user's choice and not something the package sets: they change every
-allocation of the process, torch's and LanceDB's included.
+Every pass is one ``permutation_read.py --one KIND/ITEM`` in a new Python process, once per
+variant of :data:`VARIANTS`: ``default`` (the environment as it is), ``tuned`` (:data:`TUNED`
+added), ``take`` (``ELASTIC_LOADER_RANGE_SCANS=0``: reads by storage position never use range
+scans, docs/PIPELINE.md); the rounds interleave kinds and variants, so the variants of a kind run
+minutes apart on the same machine state. glibc's settings must be set before the process starts
+(glibc reads them once), which is why they are a user's choice and not something the package
+sets: they change every allocation of the process, torch's and LanceDB's included.
 
 Why they matter here: a packed epoch allocates its output (every block's ``input_ids`` and
 ``doc_ids``, 16 bytes a token) and LanceDB its read buffers afresh. With glibc's defaults a
@@ -19,9 +21,9 @@ is trimmed, so the next buffer of that size faults its pages in again; on a VM a
 page fault is expensive. ``TUNED`` keeps buffers up to 64 MiB on the heap and the heap untrimmed.
 
 Results: medians per kind and variant (items per second and each pass's peak resident set),
-``tuned / default`` per kind, and each variant's ratio of every kind to ``builder`` (the
-target's measure), to ``benchmarks/allocator.json`` with ``--save`` (else
-``allocator.local.json``), with ``meta.environment()``.
+``VARIANT / default`` per kind, and each variant's ratio of every kind to ``builder`` (the
+target's measure), to ``benchmarks/NAME.json`` with ``--save`` (else ``NAME.local.json``; NAME
+is ``allocator`` unless given), with ``meta.provenance()``.
 """
 
 from __future__ import annotations
@@ -45,15 +47,18 @@ TUNED = {
 """glibc tunables (``mallopt`` names with a trailing underscore): allocations below 64 MiB come
 from the heap, the heap is trimmed only above 1 GiB free, and it grows 64 MiB at a time."""
 
-VARIANTS = ("default", "tuned")
+VARIANTS: dict[str, dict[str, str]] = {
+    "default": {},
+    "tuned": TUNED,
+    "take": {"ELASTIC_LOADER_RANGE_SCANS": "0"},
+}
+"""Each variant's additions to the environment."""
 
 
 def one_pass(kind: str, item: str, docs: int, rows: int, variant: str) -> tuple[float, int]:
     """Items per second of one pass in a new process, and that process's peak resident set (bytes,
-    from ``wait4``: table set-up included, the same in both variants)."""
-    env = dict(os.environ)
-    if variant == "tuned":
-        env.update(TUNED)
+    from ``wait4``: table set-up included, the same in every variant)."""
+    env = {**os.environ, **VARIANTS[variant]}
     command = [
         sys.executable,
         str(HERE / "permutation_read.py"),
@@ -76,17 +81,22 @@ def one_pass(kind: str, item: str, docs: int, rows: int, variant: str) -> tuple[
 
 
 def summarise(
-    rates: dict[str, dict[str, list[float]]], peaks: dict[str, dict[str, list[int]]], kinds: list[str]
+    rates: dict[str, dict[str, list[float]]],
+    peaks: dict[str, dict[str, list[int]]],
+    kinds: list[str],
+    variants: list[str],
 ) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for kind in kinds:
-        median = {v: statistics.median(rates[kind][v]) for v in VARIANTS}
-        out[kind] = {f"{v}_peak_rss_mib": round(statistics.median(peaks[kind][v]) / 2**20) for v in VARIANTS}
-        out[kind].update({f"{v}_per_s": round(median[v]) for v in VARIANTS})
-        out[kind]["tuned_vs_default"] = round(median["tuned"] / median["default"], 3)
-        out[kind]["rounds"] = {v: [round(r) for r in rates[kind][v]] for v in VARIANTS}
+        median = {v: statistics.median(rates[kind][v]) for v in variants}
+        out[kind] = {f"{v}_peak_rss_mib": round(statistics.median(peaks[kind][v]) / 2**20) for v in variants}
+        out[kind].update({f"{v}_per_s": round(median[v]) for v in variants})
+        for v in variants:
+            if v != "default" and "default" in variants:
+                out[kind][f"{v}_vs_default"] = round(median[v] / median["default"], 3)
+        out[kind]["rounds"] = {v: [round(r) for r in rates[kind][v]] for v in variants}
     if "builder" in kinds:
-        for variant in VARIANTS:
+        for variant in variants:
             base = rates["builder"][variant]
             for kind in kinds:
                 per_round = [a / b for a, b in zip(rates[kind][variant], base)]
@@ -102,19 +112,20 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--kinds", default="builder,local_8_64")
     parser.add_argument("--items", default="packing", help="one of permutation_read.py's items")
+    parser.add_argument("--variants", default="default,tuned", help=f"of {', '.join(VARIANTS)}")
+    parser.add_argument("--name", default="allocator", help="results file name (without .json)")
     parser.add_argument("--save", action="store_true")
     args = parser.parse_args()
     sys.path.insert(0, str(HERE))
     import meta
 
-    kinds = args.kinds.split(",")
-    command = "benchmarks/allocator.py " + " ".join(sys.argv[1:])
-    results: dict[str, Any] = {"environment": meta.environment(), "command": command, "tuned_env": TUNED}
-    rates: dict[str, dict[str, list[float]]] = {k: {v: [] for v in VARIANTS} for k in kinds}
-    peaks: dict[str, dict[str, list[int]]] = {k: {v: [] for v in VARIANTS} for k in kinds}
+    kinds, variants = args.kinds.split(","), args.variants.split(",")
+    results: dict[str, Any] = {**meta.provenance(), "variants": {v: VARIANTS[v] for v in variants}}
+    rates: dict[str, dict[str, list[float]]] = {k: {v: [] for v in variants} for k in kinds}
+    peaks: dict[str, dict[str, list[int]]] = {k: {v: [] for v in variants} for k in kinds}
     for round_ in range(args.rounds):
         for kind in kinds:
-            for variant in VARIANTS:
+            for variant in variants:
                 rate, peak = one_pass(kind, args.items, args.docs, args.rows, variant)
                 rates[kind][variant].append(rate)
                 peaks[kind][variant].append(peak)
@@ -125,8 +136,8 @@ def main() -> None:
                 )
         # every finished round is kept: an interrupted run still leaves its results
         results.update(rounds_done=round_ + 1, item=args.items, docs=args.docs, rows=args.rows)
-        results["results"] = summarise(rates, peaks, kinds)
-        meta.write(meta.results_path("allocator", args.save), results)
+        results["results"] = summarise(rates, peaks, kinds, variants)
+        meta.write(meta.results_path(args.name, args.save), results)
     print(json.dumps(results["results"], indent=2))
 
 

@@ -151,7 +151,7 @@ def run(table: Any, kind: str, item: str) -> tuple[float, list[int] | None]:
     return n / (time.perf_counter() - t0), None
 
 
-def _packing_runs(docs: int) -> tuple[dict[str, Callable[[], int]], Any]:
+def _packing_runs(docs: int, kinds: tuple[str, ...] = PACK_KINDS) -> tuple[dict[str, Callable[[], int]], Any]:
     import peer_workloads as pw
     import workloads as w
 
@@ -160,7 +160,7 @@ def _packing_runs(docs: int) -> tuple[dict[str, Callable[[], int]], Any]:
 
     runs = {
         kind: w.packed_epoch("elastic_loader", table, spec, num_splits=SPLITS, **options(kind))
-        for kind in PACK_KINDS
+        for kind in kinds
         if kind != "scan"
     }
     runs["scan"] = pw.scan_tokens(table)
@@ -225,7 +225,7 @@ def one(table: Any, rows: int, docs: int, what: str) -> dict[str, Any]:
 
     kind, item = what.split("/")
     if item == "packing":
-        packing, _ = _packing_runs(docs)
+        packing, _ = _packing_runs(docs, (kind,))
         return {"rate": timed(packing[kind]), "quality": None}
     rate, got = run(table, kind, item)
     return {"rate": rate, "quality": None if got is None else quality.summary(got, rows)}

@@ -259,13 +259,17 @@ class _QueryReader(Reader):
 
 
 RANGE_MIN_RUN_ROWS = 32
-RANGE_MIN_RUN_BYTES = 32 * 1024
+RANGE_MIN_RUN_BYTES = 256 * 1024
 RANGE_READAHEAD = 8
-"""Positions in runs of at least ``RANGE_MIN_RUN_ROWS`` rows and ``RANGE_MIN_RUN_BYTES`` bytes on
+RANGE_SCANS_ENV = "ELASTIC_LOADER_RANGE_SCANS"
+"""``ELASTIC_LOADER_RANGE_SCANS=0`` in the environment turns range scans off (every read is a ``take``).
+
+Positions in runs of at least ``RANGE_MIN_RUN_ROWS`` rows and ``RANGE_MIN_RUN_BYTES`` bytes on
 average are read as range scans (Lance's ``take_scan``, ``RANGE_READAHEAD`` batches ahead) instead of
-``take``: measured on this project's machine, a range scan of runs of 512 small rows (72 bytes) or 32
-documents (180 KB) costs half of ``take`` or less, while runs of 128 small rows or 8 documents cost it
-more (benchmarks/README.md, "Range reads")."""
+``take``. Measured (benchmarks/read_ceiling.py, benchmarks/README.md "Range reads"): a range scan of
+runs of 8192 rows of 72 bytes (590 KB) reads 2.3x as fast as ``take``, of 128 or 512 documents (0.7
+or 2.8 MB) 1.1x and 1.5x; of 1024 such rows (74 KB) or 32 documents (180 KB) ``take`` is as fast or
+faster, and far faster for shorter runs."""
 
 
 def range_runs(positions: np.ndarray, row_bytes: int | None) -> list[tuple[int, int]] | None:
@@ -295,7 +299,8 @@ class _PositionReader(Reader):
     def __init__(self, dataset: Any) -> None:
         self._dataset = dataset
         self.where = str(getattr(dataset, "uri", "the table"))
-        self._take_scan = getattr(getattr(dataset, "_ds", None), "take_scan", None)
+        scans = os.environ.get(RANGE_SCANS_ENV, "1") != "0"
+        self._take_scan = getattr(getattr(dataset, "_ds", None), "take_scan", None) if scans else None
 
     def take(self, row_ids: np.ndarray, columns: list[str] | None) -> pa.Table:
         wanted = np.asarray(row_ids, dtype=np.int64)

@@ -232,6 +232,20 @@ def test_range_scans_follow_the_spec(odd_tables: dict[int, Any], range_scans: li
     assert head + rest == expected
 
 
+def test_range_scans_can_be_turned_off(
+    odd_tables: dict[int, Any], range_scans: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``ELASTIC_LOADER_RANGE_SCANS=0``: the same rows, every read a ``take``."""
+    table, kind = odd_tables[1000], LocalShuffle(clump=20, window=40)
+    expected = spec_rows(expected_splits(table, kind, 3, seed=5), [0, 1, 2], initial_row_state(3))
+    monkeypatch.setenv("ELASTIC_LOADER_RANGE_SCANS", "0")
+    assert ids(StreamingDataset(table, num_splits=3, permutation=kind, shuffle_seed=5)) == expected
+    assert range_scans == []
+    monkeypatch.setenv("ELASTIC_LOADER_RANGE_SCANS", "1")
+    assert ids(StreamingDataset(table, num_splits=3, permutation=kind, shuffle_seed=5)) == expected
+    assert sum(range_scans) >= len(expected) // 2
+
+
 @pytest.mark.parametrize("reads", ["take", "range scans"])
 def test_packing_follows_the_spec(tmp_path: Path, reads: str, request: pytest.FixtureRequest) -> None:
     scanned = request.getfixturevalue("range_scans") if reads == "range scans" else None

@@ -226,6 +226,8 @@ class LocalPermutation(Parameterized):
     def _offsets(self, split: np.ndarray, j: np.ndarray, inverse: bool) -> np.ndarray:
         """Split position ``j`` (window ``q``, offset ``o``) -> ``q*W + sigma^{+-1}_{split,q}(o)``."""
         width = self.window_len
+        if width == 1:  # a bijection of [0, 1) is the identity: no keys, no network
+            return j.copy()
         if width >= MAX_SIZE:  # one window of 2**64 positions (N = 2**64, S = 1)
             q, o = np.zeros_like(j), j.copy()
         else:

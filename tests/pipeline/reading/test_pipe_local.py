@@ -22,7 +22,9 @@ from elastic_loader._pipeline._local import LocalPermutation, read_window, windo
 from elastic_loader.spec import local as spec
 
 SIZES = [1, 2, 5, 16, 17, 1000, 2**16 + 1, 10**6, 2**40, 2**40 + 1, 2**63 + 7, 2**64]
-SHAPES = [(1, 1), (1, 64), (3, 2), (16, 16), (64, 256), (256, 1024), (1000, 7), (2**64, 5)]
+SHAPES = [
+    (1, 1), (1, 64), (3, 2), (4, 1), (16, 16), (64, 256), (256, 1024), (1000, 7), (2**64, 5), (2**64, 1)
+]  # fmt: skip
 SEEDS = [(0, 0), (2**64 - 1, 0), (123456789, 40)]
 
 

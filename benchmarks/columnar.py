@@ -71,12 +71,14 @@ def raw_take(table: Any, shuffled: bool) -> Run:
     return run
 
 
-def elastic(table: Any, batch_format: str | None, batch: int, **options: Any) -> Run:
+def elastic(
+    table: Any, batch_format: str | None, batch: int, splits: int = NUM_SPLITS, **options: Any
+) -> Run:
     from elastic_loader import StreamingDataLoader, StreamingDataset
 
     def run() -> tuple[int, float]:
         t0 = time.perf_counter()
-        ds = StreamingDataset(table, num_splits=NUM_SPLITS, shuffle_seed=0, read_batch_size=1024, **options)
+        ds = StreamingDataset(table, num_splits=splits, shuffle_seed=0, read_batch_size=1024, **options)
         built = time.perf_counter() - t0
         if batch_format is None:
             return sum(1 for _ in ds), built
@@ -126,6 +128,9 @@ def free_reads(table: Any, batch: int) -> Run:
 
 
 def runs(table: Any, batch: int) -> dict[str, tuple[str, Run]]:
+    from elastic_loader import LocalShuffle
+
+    storage = LocalShuffle(table.count_rows(), 1)  # one window of one clump: storage order
     return {
         "scan_arrow": ("sequential scan, Arrow batches (the ratio base)", scan_arrow(table)),
         "raw_take_ordered": ("_take_rows in storage order, 16384 ids a call", raw_take(table, False)),
@@ -148,6 +153,25 @@ def runs(table: Any, batch: int) -> dict[str, tuple[str, Run]]:
             free_reads(table, 8192),
         ),
         "columnar": (f"columnar arrow batches of {batch}, global shuffle", elastic(table, "arrow", batch)),
+        "columnar_storage_1split": (
+            f"columnar arrow batches of {batch}, storage order (LocalShuffle(rows, 1)), one split "
+            "(the default in one process): range scans, no interleaving",
+            elastic(table, "arrow", batch, splits=1, permutation=storage),
+        ),
+        "columnar_storage": (
+            f"columnar arrow batches of {batch}, storage order (LocalShuffle(rows, 1)), "
+            f"{NUM_SPLITS} splits: range scans, interleaved",
+            elastic(table, "arrow", batch, permutation=storage),
+        ),
+        "columnar_local_4096_65536": (
+            f"columnar arrow batches of {batch}, LocalShuffle(4096, 65536), {NUM_SPLITS} splits",
+            elastic(table, "arrow", batch, permutation=LocalShuffle(4096, 65536)),
+        ),
+        "columnar_local_32_256": (
+            f"columnar arrow batches of {batch}, LocalShuffle(32, 256) (the quality bar), "
+            f"{NUM_SPLITS} splits",
+            elastic(table, "arrow", batch, permutation=LocalShuffle(32, 256)),
+        ),
         "rows_noshuffle": ("row mode (dicts), shuffle=False", elastic(table, None, batch, shuffle=False)),
         "rows_noshuffle_id": (
             "row mode (dicts), shuffle=False, columns=['id']",

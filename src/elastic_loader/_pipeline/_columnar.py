@@ -11,7 +11,8 @@ Rules:
   yielded, its rows not counted). Checkpoints of both modes load into either.
 * The rows never become Python objects: units are read as Arrow (no transform stage), a split's
   ready rows are Arrow slices, and a chunk of ``k`` whole cycles is assembled with one gather
-  (split-major concatenation, then an interleaving ``take``). Lagging splits catch up first, one
+  (split-major concatenation, then an interleaving ``take``; one owned split needs neither, and
+  each batch copies its rows once). Lagging splits catch up first, one
   row at a time, as in row mode (``_rows.iterate``).
 * Progress moves only when a batch is handed out: everything a batch needs (reads, gather,
   conversion) happens first, then the cursor records its rows, then it is yielded. A read that
@@ -48,6 +49,11 @@ from ._stats import Counters
 
 FORMATS = ("arrow", "numpy", "torch")
 CHUNK_ROWS = 8192
+MAX_UNIT_ROWS = 131072
+"""Rows one read may bring (its bytes stay within the pipeline's unit size and budget): four times
+the pipeline's default, since no row becomes a Python object. At 16384 rows a unit of 100-byte rows
+read by range scans, columnar batches in storage order ran at 47% of a sequential scan, at 65536
+or more 57-64% (benchmarks/columnar.py, 2026-12-06)."""
 """Rows gathered at once (at least; at least four batches), when every owned split has them ready."""
 
 
@@ -116,17 +122,17 @@ def _torch_refuses(name: str, what: str) -> str:
 
 
 def make_stage() -> Stage:
-    """The columnar stage: a unit stays the Arrow batch it was read as."""
+    """The columnar stage: a unit stays the Arrow table it was read as (its batches uncopied)."""
 
-    def run(part: pa.RecordBatch) -> pa.RecordBatch:
+    def run(part: pa.Table) -> pa.Table:
         return part
 
-    def combine(parts: list[tuple[int, pa.RecordBatch]]) -> pa.RecordBatch:
+    def combine(parts: list[tuple[int, pa.Table]]) -> pa.Table:
         if len(parts) == 1:
             return parts[0][1]
-        return pa.concat_batches([p for _, p in parts])
+        return pa.concat_tables([p for _, p in parts])
 
-    return Stage(run, combine, None)
+    return Stage(run, combine, None, one_batch=False, max_unit_rows=MAX_UNIT_ROWS)
 
 
 class ColumnarFeed:
@@ -149,14 +155,14 @@ class ColumnarFeed:
     def held_bytes(self) -> int:
         return int(self._ready_rows * self._row_bytes)
 
-    def distribute(self, unit: Unit, batch: pa.RecordBatch, counters: Counters) -> None:
-        self._row_bytes = (unit.nbytes or batch.nbytes) / max(1, unit.rows)
+    def distribute(self, unit: Unit, table: pa.Table, counters: Counters) -> None:
+        self._row_bytes = (unit.nbytes or table.nbytes) / max(1, unit.rows)
         for seg in unit.segments:
             i = seg.split
             if seg.first != self._arrived[i]:  # the pipeline reads each split's positions in order
                 raise AssertionError(f"split {i}: position {seg.first} arrived, {self._arrived[i]} expected")
             self._arrived[i] += seg.count
-            self._runs[i].append(batch.slice(seg.offset, seg.count))
+            self._runs[i].extend(b for b in table.slice(seg.offset, seg.count).to_batches() if b.num_rows)
             self._ready[i] += seg.count
         self._ready_rows += unit.rows
         counters.add(ready_rows=unit.rows)
@@ -182,18 +188,25 @@ class ColumnarFeed:
 
 class _Chunk:
     """``k`` cycles of ``n`` splits: the splits' rows concatenated (split-major), and the order
-    that interleaves them (row ``j * n + i`` of the chunk is split ``i``'s ``j``-th row)."""
+    that interleaves them (row ``j * n + i`` of the chunk is split ``i``'s ``j``-th row). With one
+    split the canonical order is the split's own: its slices are kept as they are (no copy, no
+    interleaving ``take``), and a gather returns slices of them, which the batch copies once."""
 
     def __init__(self, parts: list[list[pa.RecordBatch]], k: int) -> None:
-        flat = [b for split in parts for b in split]
-        self.rows = pa.concat_batches(flat)
         n = len(parts)
-        self.order = np.arange(n * k, dtype=np.int64).reshape(n, k).T.ravel()
+        self.order: np.ndarray | None = None
+        if n == 1:
+            self.rows: pa.Table | pa.RecordBatch = pa.Table.from_batches(parts[0])
+        else:
+            self.rows = pa.concat_batches([b for split in parts for b in split])
+            self.order = np.arange(n * k, dtype=np.int64).reshape(n, k).T.ravel()
 
-    def gather(self, offset: int, count: int) -> pa.RecordBatch:
-        """Rows ``[offset, offset + count)`` of the chunk in canonical order, as a batch of their
-        own (a slice would pin, and pickle, the whole chunk)."""
-        return self.rows.take(pa.array(self.order[offset : offset + count]))
+    def gather(self, offset: int, count: int) -> tuple[list[pa.RecordBatch], bool]:
+        """Rows ``[offset, offset + count)`` of the chunk in canonical order, and whether they hold
+        buffers of their own (a ``take``) or are slices of the units (one split)."""
+        if self.order is None:
+            return self.rows.slice(offset, count).to_batches(), False
+        return [self.rows.take(pa.array(self.order[offset : offset + count]))], True
 
 
 def _column_to_numpy(name: str, column: pa.Array, strict: bool) -> np.ndarray:
@@ -225,17 +238,22 @@ def converter(batch_format: str) -> Callable[[pa.RecordBatch], Any]:
 
 
 class _Batcher:
-    """Collects the pieces of one batch and the cursor moves that record its rows."""
+    """Collects the pieces of one batch and the cursor moves that record its rows. A batch is
+    one buffer of its own: it is copied out of its pieces unless it is a single piece that owns
+    its buffers (a slice would pin, and pickle, the whole unit it was cut from)."""
 
     def __init__(self, convert: Callable[[pa.RecordBatch], Any]) -> None:
         self.convert = convert
         self.pieces: list[pa.RecordBatch] = []
+        self.owned = True
         self.rows = 0
         self.moves: list[Callable[[], None]] = []
 
-    def add(self, piece: pa.RecordBatch, rows: int, move: Callable[[], None]) -> None:
-        """``rows`` rows of the batch, and the cursor move that records them."""
-        self.pieces.append(piece)
+    def add(self, pieces: list[pa.RecordBatch], owned: bool, rows: int, move: Callable[[], None]) -> None:
+        """``rows`` rows of the batch (``owned``: the pieces hold buffers of their own, not slices),
+        and the cursor move that records them."""
+        self.pieces.extend(pieces)
+        self.owned = self.owned and owned
         self.rows += rows
         self.moves.append(move)
 
@@ -243,8 +261,8 @@ class _Batcher:
         """The batch, converted; only then its cursor moves are applied (a conversion error leaves
         its rows undelivered). The batcher starts the next batch."""
         pieces, moves = self.pieces, self.moves
-        batch = pieces[0] if len(pieces) == 1 else pa.concat_batches(pieces)
-        self.pieces, self.rows, self.moves = [], 0, []
+        batch = pieces[0] if len(pieces) == 1 and self.owned else pa.concat_batches(pieces)
+        self.pieces, self.owned, self.rows, self.moves = [], True, 0, []
         value = self.convert(batch)
         for move in moves:
             move()
@@ -264,7 +282,7 @@ def _catch_up(
             cursor.step(i, position)
             counters.add(ready_rows=-1, consumed_rows=1, rows_delivered=1)
 
-        yield pa.concat_batches([row]), move  # its own buffers: a slice pins its whole unit
+        yield row, move  # a slice of its unit: the batch copies it
 
 
 def _fill(pipeline: Pipeline, feed: ColumnarFeed, i: int, counters: Counters) -> bool:
@@ -292,7 +310,7 @@ def iterate(
     out = _Batcher(converter(mode.batch_format))
     try:
         for row, move in _catch_up(pipeline, feed, cursor, owned, counters):
-            out.add(row, 1, move)
+            out.add([row], False, 1, move)
             if out.rows == size:
                 yield out.take()
         while all(_fill(pipeline, feed, i, counters) for i in range(n)):
@@ -305,9 +323,9 @@ def iterate(
             offset, total = 0, n * k
             while offset < total:
                 step = min(size - out.rows, total - offset)
-                piece = chunk.gather(offset, step)
+                pieces, own = chunk.gather(offset, step)
                 offset += step
-                out.add(piece, step, functools.partial(setattr, cursor, "cursor", offset))
+                out.add(pieces, own, step, functools.partial(setattr, cursor, "cursor", offset))
                 if out.rows == size:
                     yield out.take()
         if out.rows and not mode.drop_last:

@@ -122,12 +122,18 @@ class Stage:
 
     ``run(batch)`` transforms one slice of a unit and ``combine(parts)`` joins
     the slices' results in order; ``slice_rows`` is the slice size (``None``:
-    the whole unit is one slice).
+    the whole unit is one slice). ``one_batch``: the read is joined into one
+    ``RecordBatch`` first (a copy); ``False`` hands the stage the read's
+    ``pyarrow.Table`` as it came (its batches are not copied). ``max_unit_rows``
+    raises the rows a unit may hold (``None``: ``MAX_UNIT_ROWS``); the unit's
+    bytes stay within ``TARGET_UNIT_BYTES`` and the budget either way.
     """
 
     run: Callable[[pa.RecordBatch], Any]
     combine: Callable[[list[tuple[int, Any]]], Any]
     slice_rows: int | None
+    one_batch: bool = True
+    max_unit_rows: int | None = None
 
 
 @dataclass(frozen=True)
@@ -198,6 +204,7 @@ class Pipeline:
         self._buffered = buffered
         self._depth = limits.io_queue_depth
         self._min_rows = max(1, limits.min_unit_rows)
+        self._max_rows = stage.max_unit_rows or MAX_UNIT_ROWS
         self._budget = limits.read_ahead_bytes
         self._timeout = limits.read_timeout
         self.size = [len(r) for r in split_rows]
@@ -352,7 +359,7 @@ class Pipeline:
 
     def _grow(self) -> None:
         """The next unit's target rows: doubling up to the ceiling."""
-        ceiling = self._ceiling or MAX_UNIT_ROWS
+        ceiling = self._ceiling or self._max_rows
         floor = self._min_rows if self._budget is None else 1
         self._unit_rows = max(floor, min(ceiling, self._unit_rows * 2))
 
@@ -368,7 +375,7 @@ class Pipeline:
         t0 = time.perf_counter_ns()
         table = self._reader.take(ids, self._columns)
         elapsed = time.perf_counter_ns() - t0
-        batch = _one_batch(table)
+        batch = _one_batch(table) if self._stage.one_batch else _as_table(table)
         unit.nbytes = batch.nbytes
         self._counters.add(bytes_loaded=batch.nbytes, fetch_ns=elapsed)
         self._gauge(raw_rows=batch.num_rows)
@@ -386,7 +393,7 @@ class Pipeline:
             self._reader.row_bytes_seen = max(1, round(per_row))
         if self._budget is None:
             if self._ceiling is None:  # without a budget the first read fixes the ceiling
-                self._ceiling = max(self._min_rows, min(MAX_UNIT_ROWS, int(TARGET_UNIT_BYTES // per_row)))
+                self._ceiling = max(self._min_rows, min(self._max_rows, int(TARGET_UNIT_BYTES // per_row)))
             return
         first = self._ceiling is None
         self._ceiling = self._rows_per_unit(per_row)
@@ -394,8 +401,8 @@ class Pipeline:
             self._unit_rows = max(1, min(self._ceiling, self._unit_rows))
 
     def _rows_per_unit(self, per_row: float) -> int:
-        """Rows of one unit at ``per_row`` bytes (at least one, at most ``MAX_UNIT_ROWS``)."""
-        return max(1, min(MAX_UNIT_ROWS, int(self._unit_bytes() // per_row)))
+        """Rows of one unit at ``per_row`` bytes (at least one, at most the stage's ``max_unit_rows``)."""
+        return max(1, min(self._max_rows, int(self._unit_bytes() // per_row)))
 
     def _transform(self, read: Future[Any], done: Future[Any], number: int) -> None:
         """Runs in the I/O thread once a read finishes: fan the unit out to the transform stage."""
@@ -489,6 +496,10 @@ class Pipeline:
         self._pending.clear()
         self._io.shutdown(wait=False, cancel_futures=True)
         self._tx.shutdown(wait=False, cancel_futures=True)
+
+
+def _as_table(read: pa.Table | pa.RecordBatch) -> pa.Table:
+    return read if isinstance(read, pa.Table) else pa.Table.from_batches([read])
 
 
 def _one_batch(table: pa.Table | pa.RecordBatch) -> pa.RecordBatch:

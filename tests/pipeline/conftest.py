@@ -23,7 +23,7 @@ import pyarrow as pa
 import pytest
 from lancedb.permutation import permutation_builder
 
-from elastic_loader._pipeline import _fetch, _packing, _rows
+from elastic_loader._pipeline import _columnar, _fetch, _packing, _rows
 from elastic_loader.spec.packing import PackBuffer, PackedState
 
 TOKEN_BASE = 1000
@@ -178,6 +178,7 @@ def units(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> st
     if request.param == "tiny":
         monkeypatch.setattr(_fetch, "FIRST_UNIT_ROWS", 1)
         monkeypatch.setattr(_fetch, "MAX_UNIT_ROWS", 8)
+        monkeypatch.setattr(_columnar, "MAX_UNIT_ROWS", 8)
         monkeypatch.setattr(_packing, "MAX_CHUNK_CYCLES", 1)
         monkeypatch.setattr(_rows, "MAX_CHUNK_CYCLES", 2)
     return str(request.param)

@@ -55,7 +55,7 @@ TOPOLOGIES = [
 @pytest.mark.parametrize(("kwargs", "batch_size"), TOPOLOGIES)
 @pytest.mark.parametrize("drop_last", [False, True])
 def test_columnar_batches_and_checkpoints_are_row_modes(
-    multi_table: Any, kwargs: dict[str, Any], batch_size: int, drop_last: bool
+    multi_table: Any, kwargs: dict[str, Any], batch_size: int, drop_last: bool, units: str
 ) -> None:
     rows = rows_loader(StreamingDataset(multi_table, **kwargs), batch_size=batch_size, drop_last=drop_last)
     expected, expected_states = run(rows)
@@ -140,6 +140,52 @@ def test_formats(multi_table: Any) -> None:
     ds = StreamingDataset(multi_table, num_splits=2, columns=["id"])
     tensors = next(iter(StreamingDataLoader(ds, batch_size=5, batch_format="torch")))
     assert tensors["id"].dtype == torch.int64 and tensors["id"].tolist() == arrow.column("id").to_pylist()
+
+
+@pytest.mark.parametrize("num_splits", [1, 3])
+def test_every_format_holds_the_arrow_batches_values(tmp_path: Any, num_splits: int, units: str) -> None:
+    """numpy and torch batches hold what the arrow batch of the same rows holds, also when a batch
+    is joined from many reads (``units``: tiny reads) and a column has a null in only some of them
+    (a fixed-size list with a null becomes an object array in every batch that holds the null)."""
+    import lancedb
+
+    n = 60
+    vec = pa.FixedSizeListArray.from_arrays(pa.array(np.arange(n * 2, dtype=np.float32)), 2)
+    vec_with_null = pa.array([None if i == 17 else [float(i), -float(i)] for i in range(n)], vec.type)
+    data = pa.table(
+        {
+            "id": pa.array(range(n), pa.int64()),
+            "x": pa.array(np.linspace(0, 1, n)),
+            "ok": [i % 3 == 0 for i in range(n)],
+            "vec": vec,
+            "holes": vec_with_null,
+            "s": [f"r{i}" for i in range(n)],
+        }
+    )
+    table = lancedb.connect(str(tmp_path)).create_table("formats", data)
+
+    def batches(batch_format: str, columns: list[str] | None = None) -> list[Any]:
+        ds = StreamingDataset(table, num_splits=num_splits, read_batch_size=1, columns=columns)
+        return list(StreamingDataLoader(ds, batch_size=7, batch_format=batch_format))
+
+    arrow = batches("arrow")
+    assert sum(b.num_rows for b in arrow) == n
+    for batch, arrays in zip(arrow, batches("numpy"), strict=True):
+        for name in ("id", "x", "ok", "s"):
+            assert arrays[name].tolist() == batch.column(name).to_pylist()
+            assert arrays[name].flags.owndata and arrays[name].flags.writeable
+        assert arrays["vec"].shape == (batch.num_rows, 2)
+        assert arrays["vec"].tolist() == batch.column("vec").to_pylist()
+        holes = batch.column("holes").to_pylist()
+        if None in holes:
+            assert arrays["holes"].dtype == object and arrays["holes"].shape == (batch.num_rows,)
+            assert [None if v is None else list(v) for v in arrays["holes"]] == holes
+        else:
+            assert arrays["holes"].tolist() == holes
+    numeric = ["id", "x", "ok", "vec"]
+    for batch, tensors in zip(arrow, batches("torch", numeric), strict=True):
+        for name in numeric:
+            assert tensors[name].tolist() == batch.column(name).to_pylist()
 
 
 def test_torch_format_fixed_size_lists_and_refused_columns(tmp_path: Any) -> None:

@@ -49,12 +49,13 @@ from ._stats import Counters
 
 FORMATS = ("arrow", "numpy", "torch")
 CHUNK_ROWS = 8192
-MAX_UNIT_ROWS = 131072
-"""Rows one read may bring (its bytes stay within the pipeline's unit size and budget): four times
-the pipeline's default, since no row becomes a Python object. At 16384 rows a unit of 100-byte rows
-read by range scans, columnar batches in storage order ran at 47% of a sequential scan, at 65536
-or more 57-64% (benchmarks/columnar.py, 2026-12-06)."""
 """Rows gathered at once (at least; at least four batches), when every owned split has them ready."""
+MAX_UNIT_ROWS = 131072
+"""Rows one read may bring (its bytes stay within the pipeline's unit size and budget): eight times
+the pipeline's default, since no row becomes a Python object. Columnar batches of 98-byte rows in
+storage order (one split, range scans) ran at 0.47 of a sequential scan with reads of at most
+16384 rows and at 0.57-0.64 with 65536 or more (one process, the cap switched between runs, 5-7
+interleaved rounds, 2026-12-06; benchmarks/README.md, "Columnar batches against the scan")."""
 
 
 @dataclass(frozen=True)

@@ -251,11 +251,14 @@ def test_datasets_that_do_not_yield_plain_rows_are_refused(multi_table: Any) -> 
         StreamingDataLoader(transformed, batch_size=2, batch_format="arrow")
 
 
-@pytest.mark.parametrize("batch_format", ["arrow", "torch"])
-def test_workers_deliver_row_modes_batches_and_checkpoints(multi_table: Any, batch_format: str) -> None:
+@pytest.mark.parametrize(("batch_format", "num_splits"), [("arrow", 4), ("torch", 4), ("arrow", 2)])
+def test_workers_deliver_row_modes_batches_and_checkpoints(
+    multi_table: Any, batch_format: str, num_splits: int
+) -> None:
     """Two real DataLoader workers: the same batches in the same order, the same checkpoint after
-    each, and a resume mid-epoch from the columnar checkpoint into row mode (one worker run each)."""
-    kwargs: dict[str, Any] = {"num_splits": 4, "columns": ["id"]}
+    each, and a resume mid-epoch from the columnar checkpoint into row mode (one worker run each);
+    with two splits each worker owns one (its batches are copied out of its reads' slices)."""
+    kwargs: dict[str, Any] = {"num_splits": num_splits, "columns": ["id"]}
     rows = rows_loader(StreamingDataset(multi_table, **kwargs), batch_size=7, num_workers=2)
     expected, expected_states = run(rows)
     columnar = StreamingDataLoader(

@@ -129,7 +129,7 @@ class Stage:
     bytes stay within ``TARGET_UNIT_BYTES`` and the budget either way.
     """
 
-    run: Callable[[pa.RecordBatch], Any]
+    run: Callable[[pa.RecordBatch | pa.Table], Any]
     combine: Callable[[list[tuple[int, Any]]], Any]
     slice_rows: int | None
     one_batch: bool = True
@@ -413,7 +413,7 @@ class Pipeline:
         if error is not None:
             done.set_exception(error)
             return
-        batch: pa.RecordBatch = read.result()
+        batch: pa.RecordBatch | pa.Table = read.result()  # a Table where the stage is not one_batch
         step = self._stage.slice_rows or max(1, batch.num_rows)
         starts = list(range(0, batch.num_rows, step)) or [0]
         parts: list[tuple[int, Any] | None] = [None] * len(starts)

@@ -52,6 +52,8 @@ PACK = 2048
 EOS = -1
 PAD = -2
 LITDATA_CHUNK_BYTES = "64MB"
+BUILD_WORKERS = int(os.environ.get("PEERS_BUILD_WORKERS", "1"))
+"""Processes of litdata's ``optimize`` (``PEERS_BUILD_WORKERS``; the copy holds the same rows either way)."""
 LITDATA_TOKENS_PER_CHUNK = PACK * 8192
 
 
@@ -236,6 +238,21 @@ def _build_once(target: Path, build: Callable[[Path], None]) -> Path:
     return target
 
 
+def _litdata_items(out: Path) -> int:
+    """Items in a litdata copy, from its ``index.json``."""
+    import json
+
+    index = json.loads((out / "index.json").read_text())
+    return sum(int(chunk["chunk_size"]) for chunk in index["chunks"])
+
+
+def _check_litdata(out: Path, expected: int) -> None:
+    """Raise unless ``optimize`` wrote ``expected`` items: it can return normally when a worker died."""
+    got = _litdata_items(out)
+    if got != expected:
+        raise RuntimeError(f"litdata's optimize wrote {got:,} items to {out}, expected {expected:,}")
+
+
 def _litdata_row_items(bounds: tuple[str, str, int, int]) -> Iterator[dict[str, Any]]:
     """litdata ``optimize`` callback (runs in its worker processes): the rows ``[start, stop)`` as dicts."""
     uri, name, start, stop = bounds
@@ -260,14 +277,16 @@ def litdata_rows(table: Any) -> Path:
     name = table.name
 
     def build(out: Path) -> None:
-        inputs = [(str(w.DATA), name, a, b) for a, b in _ranges(table.count_rows(), 100_000)]
+        rows = table.count_rows()
+        inputs = [(str(w.DATA), name, a, b) for a, b in _ranges(rows, 100_000)]
         optimize(
             fn=_litdata_row_items,
             inputs=inputs,
             output_dir=str(out),
             chunk_bytes=LITDATA_CHUNK_BYTES,
-            num_workers=1,
+            num_workers=BUILD_WORKERS,
         )
+        _check_litdata(out, rows)
 
     return _build_once(PEERS / f"litdata_{name}", build)
 
@@ -314,7 +333,7 @@ def litdata_tokens(table: Any) -> Path:
             fn=_litdata_token_items,
             inputs=inputs,
             output_dir=str(out),
-            num_workers=1,
+            num_workers=BUILD_WORKERS,
             chunk_size=LITDATA_TOKENS_PER_CHUNK,
             item_loader=TokensLoader(),
         )
@@ -372,8 +391,12 @@ def mds_rows(table: Any) -> Path:
     mds = mosaic()
 
     def build(out: Path) -> None:
+        from tqdm import tqdm
+
+        rows = table.count_rows()
+        batches = table.to_lance().to_batches(batch_size=65_536)
         with mds.MDSWriter(out=str(out), columns=MDS_COLUMNS) as writer:
-            for batch in table.to_lance().to_batches(batch_size=65_536):
+            for batch in tqdm(batches, desc="building the MDS copy", total=-(-rows // 65_536), unit="batch"):
                 ids, xs = batch.column("id").to_numpy(), batch.column("x").to_numpy()
                 labels = batch.column("label").to_pylist()
                 vec = batch.column("vec").values.to_numpy().reshape(-1, 16)
@@ -383,14 +406,21 @@ def mds_rows(table: Any) -> Path:
     return _build_once(PEERS / f"mds_{table.name}", build)
 
 
+MOSAIC_ROWS: int | None = None
+"""Stop mosaicml-streaming after this many rows of its epoch (``peers.py --mosaic-rows``): at about
+10k rows/s a full pass over 100M rows takes hours. ``None``: the whole epoch."""
+
+
 def mds_rows_run(path: Path) -> Callable[[], np.ndarray]:
-    """mosaicml-streaming ``StreamingDataset(local=..., shuffle=True)`` in the consumer's process."""
+    """mosaicml-streaming ``StreamingDataset(local=..., shuffle=True)`` in the consumer's process
+    (the first :data:`MOSAIC_ROWS` rows of its epoch when that is set)."""
     mds = mosaic()
+    limit = -1 if MOSAIC_ROWS is None else MOSAIC_ROWS
 
     def run() -> np.ndarray:
         mds.clean()
         ds = mds.StreamingDataset(local=str(path), shuffle=True, shuffle_seed=0, batch_size=LOADER_BATCH)
-        ids = np.fromiter((int(sample["id"]) for sample in ds), dtype=np.int64)
+        ids = np.fromiter((int(sample["id"]) for sample in ds), dtype=np.int64, count=limit)
         del ds
         return ids
 

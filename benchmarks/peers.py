@@ -79,6 +79,8 @@ def in_new_processes(workload: str, args: argparse.Namespace) -> Timed:
     def timed(name: str) -> tuple[int, float, Any]:
         command = [sys.executable, __file__, "--one", f"{workload}/{name}", "--rows", str(args.rows)]
         command += ["--docs", str(args.docs)]
+        if args.mosaic_rows is not None:
+            command += ["--mosaic-rows", str(args.mosaic_rows)]
         done = subprocess.run(command, check=True, capture_output=True, text=True)
         summary: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
         return summary["items"], summary["seconds"], summary
@@ -134,7 +136,14 @@ def _finish(measured: dict, chosen: Sequence[pw.Loader], skipped: dict) -> dict:
 
 
 def _judge(ids: np.ndarray, rows: int) -> dict[str, Any]:
-    return {"delivered": len(ids), "distinct": len(np.unique(ids)), "quality": quality.summary(ids, rows)}
+    """What a pass delivered and its shuffle quality; a pass stopped early (``--mosaic-rows``) has
+    no quality columns: they describe a whole epoch."""
+    whole = len(ids) >= rows
+    return {
+        "delivered": len(ids),
+        "distinct": len(np.unique(ids)),
+        "quality": quality.summary(ids, rows) if whole else None,
+    }
 
 
 def row_workload(args: argparse.Namespace) -> dict:
@@ -207,6 +216,8 @@ def print_table(title: str, workload: dict) -> None:
         ratio = entry["ratio_to_elastic_loader"]
         line = f"{name:30s} {entry['items_per_s']:>13,.0f} {'' if ratio is None else f'{ratio:.2f}':>7s}"
         q = entry.get("quality")
+        if q is None and "delivered" in entry:
+            line += f" {'(stopped early: no quality columns)':>33s} {entry['delivered']:>12,d}"
         if q is not None:
             line += (
                 f" {q['abs_corr']:>7.3f} {q['adjacent']:>8.3f} {q['head_decile_spread']:>7.3f}"
@@ -232,6 +243,12 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-packing", action="store_true")
     parser.add_argument("--no-rows", action="store_true")
     parser.add_argument("--fresh", action="store_true", help="every run in a new process")
+    parser.add_argument(
+        "--mosaic-rows",
+        type=int,
+        default=None,
+        help="stop mosaicml-streaming after this many rows (its rate over them; no quality columns)",
+    )
     parser.add_argument("--one", metavar="WORKLOAD/NAME", help=argparse.SUPPRESS)  # a --fresh child
     parser.add_argument("--json", type=Path, default=None, help="write the results here instead")
     parser.add_argument(
@@ -245,6 +262,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
+    pw.MOSAIC_ROWS = args.mosaic_rows
     w.quiet()
     if args.one:
         print(json.dumps(one(args.one, args)))
@@ -253,6 +271,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         **meta.provenance(),
         "fresh_processes": args.fresh,
         "rounds": args.rounds,
+        "mosaic_rows": args.mosaic_rows,
         "quality_definitions": quality.DEFINITIONS,
     }
     if not args.no_rows:

@@ -18,8 +18,10 @@ Rules:
   every shuffle is seeded). Packing: items are tokens delivered in 2048-token blocks.
 * ``--large`` (or ``BENCH_LARGE=1``) uses 100,000,000 rows; never in CI. At 2,000,000 rows
   the table and its litdata and MDS copies took 10 s, 3 min and 1 min to build and 316,
-  218 and 195 MB of disk (a shared 2-core machine); 50 times that is about 3.5 hours and
-  36 GB.
+  218 and 195 MB of disk (a shared 2-core machine); at 100,000,000 rows 2.3 min, 24 min
+  and 31 min (the copies at the same time, litdata's with ``PEERS_BUILD_WORKERS=2``) and
+  16, 11 and 9.5 GB. ``--mosaic-rows N`` stops mosaicml-streaming after N rows (no quality
+  columns then): a full pass at its speed takes hours.
 * Results go to ``benchmarks/peers.local.json`` (git-ignored) or, with ``--save``, the
   committed ``benchmarks/peers.json``; both record the environment (``meta.py``).
 """

@@ -238,17 +238,13 @@ def _build_once(target: Path, build: Callable[[Path], None]) -> Path:
     return target
 
 
-def _litdata_items(out: Path) -> int:
-    """Items in a litdata copy, from its ``index.json``."""
+def _check_litdata(out: Path, expected: int) -> None:
+    """Raise unless ``optimize`` wrote ``expected`` items (from the copy's ``index.json``): it can
+    return normally when a worker died."""
     import json
 
     index = json.loads((out / "index.json").read_text())
-    return sum(int(chunk["chunk_size"]) for chunk in index["chunks"])
-
-
-def _check_litdata(out: Path, expected: int) -> None:
-    """Raise unless ``optimize`` wrote ``expected`` items: it can return normally when a worker died."""
-    got = _litdata_items(out)
+    got = sum(int(chunk["chunk_size"]) for chunk in index["chunks"])
     if got != expected:
         raise RuntimeError(f"litdata's optimize wrote {got:,} items to {out}, expected {expected:,}")
 
@@ -393,10 +389,11 @@ def mds_rows(table: Any) -> Path:
     def build(out: Path) -> None:
         from tqdm import tqdm
 
-        rows = table.count_rows()
-        batches = table.to_lance().to_batches(batch_size=65_536)
+        step = 65_536
+        batches = table.to_lance().to_batches(batch_size=step)
+        total = -(-table.count_rows() // step)
         with mds.MDSWriter(out=str(out), columns=MDS_COLUMNS) as writer:
-            for batch in tqdm(batches, desc="building the MDS copy", total=-(-rows // 65_536), unit="batch"):
+            for batch in tqdm(batches, desc="building the MDS copy", total=total, unit="batch"):
                 ids, xs = batch.column("id").to_numpy(), batch.column("x").to_numpy()
                 labels = batch.column("label").to_pylist()
                 vec = batch.column("vec").values.to_numpy().reshape(-1, 16)

@@ -137,14 +137,18 @@ def _finish(measured: dict, chosen: Sequence[pw.Loader], skipped: dict) -> dict:
     return {**out, **{name: {"skipped": why} for name, why in skipped.items()}}
 
 
-def _judge(ids: np.ndarray, rows: int) -> dict[str, Any]:
-    """What a pass delivered and its shuffle quality; a pass stopped early (``--mosaic-rows``) has
-    no quality columns: they describe a whole epoch."""
-    whole = len(ids) >= rows
+def _stopped_early(name: str, args: argparse.Namespace) -> bool:
+    """Whether loader ``name`` is stopped before the end of its epoch (``--mosaic-rows``)."""
+    return name == "mosaic" and args.mosaic_rows is not None
+
+
+def _judge(ids: np.ndarray, rows: int, stopped_early: bool) -> dict[str, Any]:
+    """What a pass delivered and its shuffle quality; a pass stopped early has no quality columns:
+    they describe a whole epoch (a whole pass that delivers too few rows keeps them)."""
     return {
         "delivered": len(ids),
         "distinct": len(np.unique(ids)),
-        "quality": quality.summary(ids, rows) if whole else None,
+        "quality": None if stopped_early else quality.summary(ids, rows),
     }
 
 
@@ -160,7 +164,7 @@ def row_workload(args: argparse.Namespace) -> dict:
         found[name] = (
             {key: got[key] for key in ("delivered", "distinct", "quality")}
             if args.fresh
-            else _judge(got, rows)
+            else _judge(got, rows, _stopped_early(name, args))
         )
 
     timed = in_new_processes("rows", args) if args.fresh else in_process(runs)
@@ -201,7 +205,7 @@ def one(what: str, args: argparse.Namespace) -> dict[str, Any]:
     seconds = time.perf_counter() - t0
     out: dict[str, Any] = {"items": _items(result), "seconds": seconds}
     if workload == "rows":
-        out.update(_judge(result, args.rows))
+        out.update(_judge(result, args.rows, _stopped_early(name, args)))
     return out
 
 
@@ -220,7 +224,7 @@ def print_table(title: str, workload: dict) -> None:
         q = entry.get("quality")
         if q is None and "delivered" in entry:
             line += f" {'(stopped early: no quality columns)':>33s} {entry['delivered']:>12,d}"
-        if q is not None:
+        elif q is not None:
             line += (
                 f" {q['abs_corr']:>7.3f} {q['adjacent']:>8.3f} {q['head_decile_spread']:>7.3f}"
                 f" {q['head_ks']:>7.3f} {entry['delivered']:>12,d}"

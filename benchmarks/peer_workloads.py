@@ -609,6 +609,13 @@ TOKEN_LOADERS = (
         lambda t, spec: packed_elastic(t, spec, permutation=LocalShuffle(clump=256, window=1024)),
     ),
     Loader(
+        "elastic_local_256_1",
+        "elastic-loader pack_sequences=2048, LocalShuffle(clump=256, window=1) (lance.torch's order: runs of "
+        "256 consecutive documents, in shuffled order)",
+        None,
+        lambda t, spec: packed_elastic(t, spec, permutation=LocalShuffle(clump=256, window=1)),
+    ),
+    Loader(
         "raw_take_16k",
         "raw random take, 16384 documents per call, Arrow",
         None,

@@ -238,15 +238,20 @@ def _build_once(target: Path, build: Callable[[Path], None]) -> Path:
     return target
 
 
-def _check_litdata(out: Path, expected: int) -> None:
+def _check_litdata(out: Path, expected: int, tokens: int | None = None) -> None:
     """Raise unless ``optimize`` wrote ``expected`` items (from the copy's ``index.json``): it can
-    return normally when a worker died."""
+    return normally when a worker died. A ``TokensLoader`` copy's chunks also give their tokens
+    (``dim``), which must add up to ``tokens``."""
     import json
 
     index = json.loads((out / "index.json").read_text())
     got = sum(int(chunk["chunk_size"]) for chunk in index["chunks"])
     if got != expected:
         raise RuntimeError(f"litdata's optimize wrote {got:,} items to {out}, expected {expected:,}")
+    if tokens is not None:
+        written = sum(int(chunk["dim"]) for chunk in index["chunks"])
+        if written != tokens:
+            raise RuntimeError(f"litdata's optimize wrote {written:,} tokens to {out}, expected {tokens:,}")
 
 
 def _litdata_row_items(bounds: tuple[str, str, int, int]) -> Iterator[dict[str, Any]]:
@@ -324,7 +329,8 @@ def litdata_tokens(table: Any) -> Path:
     name = table.name
 
     def build(out: Path) -> None:
-        inputs = [(str(w.DATA), name, a, b) for a, b in _ranges(table.count_rows(), 20_000)]
+        docs = table.count_rows()
+        inputs = [(str(w.DATA), name, a, b) for a, b in _ranges(docs, 20_000)]
         optimize(
             fn=_litdata_token_items,
             inputs=inputs,
@@ -333,6 +339,7 @@ def litdata_tokens(table: Any) -> Path:
             chunk_size=LITDATA_TOKENS_PER_CHUNK,
             item_loader=TokensLoader(),
         )
+        _check_litdata(out, docs, tokens=w.total_tokens(table) + docs)  # every document and its EOS
 
     return _build_once(PEERS / f"litdata_tokens_{name}", build)
 

@@ -16,6 +16,9 @@ Rules:
 * Row mode: items are rows delivered; the quality columns come from the ids of the
   first round (``quality.py`` defines them; they are the same in every round, since
   every shuffle is seeded). Packing: items are tokens delivered in 2048-token blocks.
+* Copies in other formats are checked when built: litdata's hold every row (its token copy
+  every document and every token, EOS included, from ``index.json``), since ``optimize``
+  can return normally when a worker died.
 * ``--large`` (or ``BENCH_LARGE=1``) uses 100,000,000 rows; never in CI. At 2,000,000 rows
   the table and its litdata and MDS copies took 10 s, 3 min and 1 min to build and 316,
   218 and 195 MB of disk (a shared 2-core machine); at 100,000,000 rows 2.3 min, 24 min

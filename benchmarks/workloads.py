@@ -105,10 +105,15 @@ def token_table(spec: TokenTable) -> Any:
     return db.open_table(spec.name)
 
 
+def total_tokens(table: Any) -> int:
+    """The tokens of every document of a token table (no EOS)."""
+    lengths = pc.list_value_length(table.to_arrow().column("tokens"))
+    return int(pc.sum(lengths).as_py())
+
+
 def blocks_per_epoch(table: Any, spec: TokenTable, num_splits: int) -> int:
     """An exact budget: every token plus one EOS per document, in blocks, rounded to the splits."""
-    lengths = pc.list_value_length(table.to_arrow().column("tokens"))
-    total = int(pc.sum(lengths).as_py()) + table.count_rows()
+    total = total_tokens(table) + table.count_rows()
     blocks = total // spec.pack
     return max(num_splits, blocks - blocks % num_splits)
 

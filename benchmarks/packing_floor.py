@@ -106,13 +106,15 @@ def _patched(variant: str) -> list[tuple[Any, str, Any]]:
         zeros: dict[tuple[int, int], np.ndarray] = {}
 
         def doc_ids(starts: np.ndarray, k: int, length: int) -> np.ndarray:
-            return zeros.setdefault((k, length), np.zeros((k, length), dtype=np.int64))
+            if (k, length) not in zeros:  # made once: the variant must cost nothing per chunk
+                zeros[(k, length)] = np.zeros((k, length), dtype=np.int64)
+            return zeros[(k, length)]
 
         _packing._doc_ids = doc_ids
     return saved
 
 
-def reads(table: Any, spec: w.TokenTable) -> int:
+def reads(table: Any) -> int:
     """Every document by range scans of 256 in shuffled order, 64 ranges a call; tokens + EOS."""
     dataset = table.to_lance()
     n = dataset.count_rows()
@@ -122,8 +124,7 @@ def reads(table: Any, spec: w.TokenTable) -> int:
     for i in range(0, len(ranges), 64):
         part = sorted(ranges[i : i + 64])
         for batch in dataset._ds.take_scan(part, columns=["tokens"], batch_readahead=16):
-            column = batch.column(0)
-            tokens += int(column.offsets[-1].as_py() - column.offsets[0].as_py()) + batch.num_rows
+            tokens += pw.tokens_with_eos(batch)
     return tokens
 
 
@@ -156,7 +157,7 @@ def main() -> None:
             saved = _patched(variant)
             try:
                 mark, usage, t0 = clock.mark(), resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
-                tokens = reads(table, spec) if variant == "reads" else epoch()
+                tokens = reads(table) if variant == "reads" else epoch()
                 seconds = time.perf_counter() - t0
                 after = resource.getrusage(resource.RUSAGE_SELF)
                 threads = clock.since(mark)

@@ -442,6 +442,12 @@ def raw_take_tokens(table: Any) -> Callable[[], int]:
     return w.raw_tokens(table, chunk=TAKE_CHUNK)
 
 
+def tokens_with_eos(batch: Any) -> int:
+    """Tokens of a record batch whose first column is the token lists, plus one EOS a document."""
+    column = batch.column(0)
+    return int(column.offsets[-1].as_py() - column.offsets[0].as_py()) + batch.num_rows
+
+
 def scan_tokens(table: Any) -> Callable[[], int]:
     """A sequential scan of the token column as Arrow; counts tokens plus one EOS per document."""
     dataset = table.to_lance()
@@ -449,8 +455,7 @@ def scan_tokens(table: Any) -> Callable[[], int]:
     def run() -> int:
         n = 0
         for batch in dataset.to_batches(columns=["tokens"]):
-            column = batch.column(0)
-            n += int(column.offsets[-1].as_py() - column.offsets[0].as_py()) + batch.num_rows
+            n += tokens_with_eos(batch)
         return n
 
     return run

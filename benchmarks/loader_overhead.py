@@ -3,7 +3,7 @@
 Usage::
 
     .venv/bin/python benchmarks/loader_overhead.py [--docs 200000] [--rounds 3]
-        [--src DIR,DIR...] [--local C,W] [--name NAME] [--save]
+        [--src DIR,DIR...] [--local C,W] [--splits 8] [--cases CASE,...] [--name NAME] [--save]
 
 Rules:
 
@@ -22,7 +22,8 @@ Rules:
   run. Rounds are interleaved (every tree, every case, then again); medians are printed with their
   ratios to ``direct`` of the same tree.
 * ``--local C,W`` reads in ``LocalShuffle(clump=C, window=W)`` order (where the packer, not the
-  random ``take``, is the limit).
+  random ``take``, is the limit); ``--splits N`` cuts the table into ``N`` splits (default 8; 1 is
+  the default ``num_splits`` in one process); ``--cases`` runs only the named cases.
 * Results go to ``benchmarks/NAME.local.json`` or, with ``--save``, the committed
   ``benchmarks/NAME.json`` (``--name``, default ``loader_overhead``), with the date, versions,
   machine and command (``meta.py``).
@@ -82,7 +83,7 @@ def torch_floor(blocks: int, length: int, batch: int) -> Callable[[], int]:
     return run
 
 
-def one(case: str, docs: int, local: str | None) -> float:
+def one(case: str, docs: int, local: str | None, splits: int) -> float:
     """Tokens per second of one packed epoch read as ``case`` (the clock starts at construction),
     over the default permutation or ``LocalShuffle(clump, window)`` (``local="C,W"``)."""
     import peer_workloads as pw
@@ -99,25 +100,32 @@ def one(case: str, docs: int, local: str | None) -> float:
     batch = None if case == "direct" else int(case.split("_")[-1])
     if case.startswith("torch_floor"):
         assert batch is not None
-        run = torch_floor(w.blocks_per_epoch(table, spec, 8), spec.pack, batch)
+        run = torch_floor(w.blocks_per_epoch(table, spec, splits), spec.pack, batch)
     else:
         formats = {"batch_format": "torch"} if case.startswith("batches") else {}
         workers = WORKERS if case.startswith("workers") else 0
         run = w.packed_epoch(
-            "elastic_loader", table, spec, batch_size=batch, num_workers=workers, **formats, **options
+            "elastic_loader",
+            table,
+            spec,
+            num_splits=splits,
+            batch_size=batch,
+            num_workers=workers,
+            **formats,
+            **options,
         )
     t0 = time.perf_counter()
     tokens = run()
     return tokens / (time.perf_counter() - t0)
 
 
-def fresh(case: str, docs: int, src: str | None, local: str | None) -> float | None:
+def fresh(case: str, docs: int, src: str | None, local: str | None, splits: int) -> float | None:
     """Tokens per second of ``case`` in a new process over source tree ``src`` (``None``: this one);
     ``None`` when that tree cannot run the case (its error's last line is printed)."""
     env = dict(os.environ)
     if src is not None:
         env["PYTHONPATH"] = src
-    command = [sys.executable, __file__, "--one", case, "--docs", str(docs)]
+    command = [sys.executable, __file__, "--one", case, "--docs", str(docs), "--splits", str(splits)]
     if local:
         command += ["--local", local]
     done = subprocess.run(command, capture_output=True, text=True, env=env)
@@ -135,12 +143,17 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--src", default="", help="other source trees to run side by side (comma-separated)")
     parser.add_argument("--local", metavar="C,W", help="read in LocalShuffle(C, W) order, not the default")
+    parser.add_argument("--splits", type=int, default=8, help="num_splits of the dataset")
+    parser.add_argument("--cases", default=",".join(CASES), help=f"cases to run, from {','.join(CASES)}")
     parser.add_argument("--name", default="loader_overhead", help="results file name (without .json)")
     parser.add_argument("--save", action="store_true")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    cases = args.cases.split(",")
+    if set(cases) - set(CASES):
+        parser.error(f"unknown cases {sorted(set(cases) - set(CASES))}; choose from {CASES}")
     if args.one:
-        print(json.dumps(one(args.one, args.docs, args.local)))
+        print(json.dumps(one(args.one, args.docs, args.local, args.splits)))
         return 0
     import meta
     import peer_workloads as pw
@@ -148,11 +161,11 @@ def main() -> int:
 
     w.token_table(pw.token_spec(args.docs))  # built once, before any clock
     trees: list[str | None] = [None, *(s for s in args.src.split(",") if s)]
-    rates: dict[str, dict[str, list[float]]] = {str(t or "this"): {c: [] for c in CASES} for t in trees}
+    rates: dict[str, dict[str, list[float]]] = {str(t or "this"): {c: [] for c in cases} for t in trees}
     for r in range(args.rounds):
         for tree in trees:
-            for case in CASES:
-                rate = fresh(case, args.docs, tree, args.local)
+            for case in cases:
+                rate = fresh(case, args.docs, tree, args.local, args.splits)
                 if rate is None:
                     continue
                 rates[str(tree or "this")][case].append(rate)
@@ -164,7 +177,11 @@ def main() -> int:
             case: {
                 "tokens_per_s": round(statistics.median(values)),
                 "rounds": [round(v) for v in values],
-                "vs_direct": round(statistics.median(values) / statistics.median(by_case["direct"]), 3),
+                "vs_direct": (
+                    round(statistics.median(values) / statistics.median(by_case["direct"]), 3)
+                    if by_case.get("direct")
+                    else None
+                ),
             }
             for case, values in by_case.items()
             if values
@@ -176,7 +193,7 @@ def main() -> int:
     meta.write(
         meta.results_path(args.name, args.save),
         {**meta.provenance(), "docs": args.docs, "rounds": args.rounds, "local": args.local}
-        | {"results": summary},
+        | {"splits": args.splits, "results": summary},
     )
     return 0
 

@@ -3,12 +3,12 @@
 Usage::
 
     .venv/bin/python benchmarks/packing_floor.py [--docs 200000] [--clump 256] [--window 1]
-        [--rounds 3] [--variants full,no_copy,no_doc_ids,neither,reads] [--json PATH]
+        [--splits 8] [--rounds 3] [--variants full,no_copy,no_doc_ids,neither,reads] [--json PATH]
 
 Rules:
 
 * One process; variants run interleaved (A, B, C, ..., A, B, C, ...) on the peers' token table
-  (``peer_workloads.token_spec``, built once), 8 splits, 2048-token blocks, ``LocalShuffle(clump,
+  (``peer_workloads.token_spec``, built once), ``--splits`` splits, 2048-token blocks, ``LocalShuffle(clump,
   window)``; every pass is a whole epoch through ``StreamingDataset`` (one item a block), as
   ``peers.py`` runs it.
 * ``full``: the loader as it is. ``no_copy``: documents are not copied into the split streams
@@ -133,6 +133,7 @@ def main() -> None:
     parser.add_argument("--docs", type=int, default=200_000)
     parser.add_argument("--clump", type=int, default=256)
     parser.add_argument("--window", type=int, default=1)
+    parser.add_argument("--splits", type=int, default=pw.NUM_SPLITS, help="num_splits (8: peers.py)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument(
@@ -149,7 +150,7 @@ def main() -> None:
     spec = pw.token_spec(args.docs)
     table = w.token_table(spec)
     kind = LocalShuffle(clump=args.clump, window=args.window)
-    epoch = w.packed_epoch("elastic_loader", table, spec, num_splits=pw.NUM_SPLITS, permutation=kind)
+    epoch = w.packed_epoch("elastic_loader", table, spec, num_splits=args.splits, permutation=kind)
     clock = ThreadClock()
     passes: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
     for r in range(args.rounds):

@@ -37,7 +37,7 @@ import functools
 from collections import deque
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -46,6 +46,9 @@ import pyarrow.types as pat
 from ._fetch import Pipeline, Stage, Unit
 from ._rows import MAX_CHUNK_CYCLES, RowCursor, catch_up_order
 from ._stats import Counters
+
+if TYPE_CHECKING:
+    from ._packing import ChunkRow
 
 FORMATS = ("arrow", "numpy", "torch")
 CHUNK_ROWS = 8192
@@ -341,9 +344,7 @@ def _begin(cursor: RowCursor, counters: Counters, positions: list[range]) -> Non
     cursor.begin(positions)
 
 
-def stacked(
-    blocks: Generator[tuple[np.ndarray, np.ndarray], None, None], mode: Columnar, length: int
-) -> Iterator[dict[str, Any]]:
+def stacked(blocks: Generator[ChunkRow, None, None], mode: Columnar, length: int) -> Iterator[dict[str, Any]]:
     """Packed batches: ``mode.batch_size`` consecutive blocks (``input_ids``, ``doc_ids`` rows)
     at a time as ``(B, length)`` arrays or tensors (``drop_last``: not a short last batch)."""
     size, pending = mode.batch_size, []
@@ -359,25 +360,51 @@ def stacked(
         blocks.close()  # ends the packed chunk at the last block handed out
 
 
-def _stack(pending: list[tuple[np.ndarray, np.ndarray]], length: int, batch_format: str) -> dict[str, Any]:
+def _stack(pending: list[ChunkRow], length: int, batch_format: str) -> dict[str, Any]:
+    """One packed batch. Blocks that are consecutive rows of one chunk (one owned split) are
+    handed out in the trainer's process as a view of those rows, as single blocks are (the packer
+    never writes a chunk once cut); otherwise, and always in a DataLoader worker, the batch is
+    written once into buffers of its own."""
+    from torch.utils.data import get_worker_info
+
+    ids, doc_ids, first = pending[0]
     rows = len(pending)
+    run = pending[-1][2] - first == rows - 1 and all(block[0] is ids for block in pending)
+    in_worker = get_worker_info() is not None
+    if run and not in_worker:
+        arrays = {"input_ids": ids[first : first + rows], "doc_ids": doc_ids[first : first + rows]}
+        return _as_format(arrays, batch_format)
     if batch_format == "torch":
-        tensors = {name: _empty_tensor(rows, length) for name in ("input_ids", "doc_ids")}
+        tensors = {name: _empty_tensor(rows, length, in_worker) for name in ("input_ids", "doc_ids")}
         arrays = {name: t.numpy() for name, t in tensors.items()}
     else:
         arrays = {name: np.empty((rows, length), np.int64) for name in ("input_ids", "doc_ids")}
-    np.stack([b[0] for b in pending], out=arrays["input_ids"])
-    np.stack([b[1] for b in pending], out=arrays["doc_ids"])
+    if run:
+        arrays["input_ids"][...] = ids[first : first + rows]
+        arrays["doc_ids"][...] = doc_ids[first : first + rows]
+    else:
+        out_ids, out_doc_ids = arrays["input_ids"], arrays["doc_ids"]
+        for j, (block_ids, block_doc_ids, row) in enumerate(pending):
+            out_ids[j] = block_ids[row]
+            out_doc_ids[j] = block_doc_ids[row]
     return tensors if batch_format == "torch" else arrays
 
 
-def _empty_tensor(rows: int, length: int) -> Any:
-    """An int64 ``(rows, length)`` tensor; in a DataLoader worker its storage is shared memory, so
-    the batch reaches the trainer's process without another copy (as with the default collate)."""
+def _as_format(arrays: dict[str, np.ndarray], batch_format: str) -> dict[str, Any]:
+    if batch_format != "torch":
+        return arrays
     import torch
-    from torch.utils.data import get_worker_info
 
-    if get_worker_info() is None:
+    return {name: torch.from_numpy(array) for name, array in arrays.items()}
+
+
+def _empty_tensor(rows: int, length: int, shared: bool) -> Any:
+    """An int64 ``(rows, length)`` tensor; ``shared`` (in a DataLoader worker) its storage is shared
+    memory, so the batch reaches the trainer's process without another copy (as with the default
+    collate)."""
+    import torch
+
+    if not shared:
         return torch.empty((rows, length), dtype=torch.int64)
     template = torch.empty(0, dtype=torch.int64)
     storage = template._typed_storage()._new_shared(  # type: ignore[no-untyped-call]  # as default_collate

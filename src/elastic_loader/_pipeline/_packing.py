@@ -22,7 +22,7 @@ Rules:
   by EOS. Blocks are views of the stream; what a chunk leaves over is cut from
   where it is by the next chunk (copied again only together with new
   documents, when it is shorter than the next chunk's blocks).
-* A loader's packed batches (``batch_format``) stack these blocks (``_columnar.stacked``).
+* A loader's packed batches (``batch_format``) are these blocks, ``B`` at a time (``_columnar.stacked``).
 * Bytes: a stream holds 8 bytes per token; a chunk of k cycles over n splits
   holds ``k * n * L * BLOCK_BYTES_PER_TOKEN`` bytes (its blocks' tokens and
   ``doc_ids``) until it ends, so k is capped by the byte budget too (at least
@@ -233,6 +233,21 @@ class ChunkSplit:
     emitted0: int
     consumed0: int
     pulled0: int
+    _marks: tuple[list[int], list[int], list[int], list[int]] | None = None
+
+    def marks(self, length: int) -> tuple[list[int], list[int], list[int], list[int]]:
+        """Made once per chunk, for the states asked inside it: as lists, the consumed position
+        after the fill of each cycle (the chunk's start last), the buffer end likewise, the index
+        in ``starts`` of the first document start at or after each block start (blocks ``0..k``),
+        and of each buffer end (capped at the stream's tokens)."""
+        if self._marks is None:
+            consumed = [*self.consumed.tolist(), self.consumed0]
+            pulled = [*self.pulled.tolist(), self.pulled0]
+            blocks = np.arange(len(self.consumed) + 1, dtype=np.int64) * length
+            at_block = np.searchsorted(self.starts, blocks).tolist()
+            at_end = np.searchsorted(self.starts, np.minimum(pulled, len(self.tokens))).tolist()
+            self._marks = (consumed, pulled, at_block, at_end)
+        return self._marks
 
 
 def emit_cycles(
@@ -426,19 +441,16 @@ def _plain_state(stream: SplitStream) -> SplitProgress:
     return stream.consumed, stream.emitted, buffer, starts
 
 
-def _record_state(
-    record: ChunkSplit, emitted_rel: int, fill_cycle: int | None, length: int
-) -> SplitProgress:
-    if fill_cycle is None:
-        consumed, pulled = record.consumed0, record.pulled0
-    else:
-        consumed, pulled = int(record.consumed[fill_cycle]), int(record.pulled[fill_cycle])
+def _record_state(record: ChunkSplit, emitted_rel: int, fill_cycle: int | None, length: int) -> SplitProgress:
+    consumed, pulled, at_block, at_end = record.marks(length)
+    fill = -1 if fill_cycle is None else fill_cycle  # -1: the chunk's start
     lo = emitted_rel * length
-    hi = max(lo, min(pulled, len(record.tokens)))
+    hi = max(lo, min(pulled[fill], len(record.tokens)))
     buffer = record.tokens[lo:hi]
-    first, last = np.searchsorted(record.starts, (lo, hi)).tolist()  # the starts are ascending
-    starts = record.starts[first:last] - lo
-    return consumed, record.emitted0 + emitted_rel, buffer, starts
+    # the starts are ascending, so the first at or after hi is the later of lo's and the buffer end's
+    first = at_block[emitted_rel]
+    starts = record.starts[first : max(first, at_end[fill])] - lo
+    return consumed[fill], record.emitted0 + emitted_rel, buffer, starts
 
 
 def _cycles_ready(pipeline: Pipeline, feed: PackFeed, i: int, length: int) -> int | None:
@@ -487,17 +499,22 @@ def _replay(
             counters.add(ready_rows=-int(record.docs[-1]))
 
 
-def block(ids: np.ndarray, doc_ids: np.ndarray) -> dict[str, torch.Tensor]:
-    """A yielded block: ``{"input_ids", "doc_ids"}`` tensors over the chunk's rows."""
-    return {"input_ids": torch.from_numpy(ids), "doc_ids": torch.from_numpy(doc_ids)}
+def block(ids: np.ndarray, doc_ids: np.ndarray, row: int) -> dict[str, torch.Tensor]:
+    """A yielded block, row ``row`` of its chunk: ``{"input_ids", "doc_ids"}`` tensors over the
+    chunk's rows."""
+    return {"input_ids": torch.from_numpy(ids[row]), "doc_ids": torch.from_numpy(doc_ids[row])}
 
 
 Item = TypeVar("Item")
 
+ChunkRow = tuple[np.ndarray, np.ndarray, int]
+"""A block as its chunk's ``(k, L)`` arrays (``input_ids``, ``doc_ids``) and its row in them."""
 
-def pair(ids: np.ndarray, doc_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """A block as its two rows (views of its chunk), for a loader's packed batches."""
-    return ids, doc_ids
+
+def chunk_row(ids: np.ndarray, doc_ids: np.ndarray, row: int) -> ChunkRow:
+    """A block for a loader's packed batches: consecutive rows of one chunk can be handed out as
+    one view (``_columnar.stacked``)."""
+    return ids, doc_ids, row
 
 
 def _catch_up(
@@ -506,7 +523,7 @@ def _catch_up(
     length: int,
     pad: int,
     counters: Counters,
-    make: Callable[[np.ndarray, np.ndarray], Item],
+    make: Callable[[np.ndarray, np.ndarray, int], Item],
 ) -> Iterator[Item]:
     """Lagging splits emit one block at a time in (emitted, split) order until all are level."""
     streams = feed.streams
@@ -524,7 +541,7 @@ def _catch_up(
         counters.add(ready_rows=-docs, consumed_rows=docs, rows_delivered=docs)
         if count + 1 < top:
             heapq.heappush(lagging, (count + 1, i))
-        yield make(ids[0], doc_ids[0])
+        yield make(ids, doc_ids, 0)
 
 
 def iterate(
@@ -538,10 +555,11 @@ def iterate(
     counters: Counters,
     read_ahead_bytes: int,
     targets: list[int | None] | None = None,
-    make: Callable[[np.ndarray, np.ndarray], Item],
+    make: Callable[[np.ndarray, np.ndarray, int], Item],
 ) -> Generator[Item, None, None]:
     """Yield the blocks of the owned splits in canonical order, each made by ``make(input_ids,
-    doc_ids)`` (``{"input_ids", "doc_ids"}`` tensors; ``pair`` for a loader's packed batches).
+    doc_ids, row)`` from its chunk's ``(k, L)`` arrays (``block``: ``{"input_ids", "doc_ids"}``
+    tensors; ``chunk_row`` for a loader's packed batches).
 
     Projected splits first replay their blocks up to ``targets`` (not yielded); then lagging
     splits catch up one block at a time; then every cycle yields one block per owned split, k
@@ -574,7 +592,7 @@ def iterate(
                 for i in range(n):
                     ids, doc_ids, _ = cut[i]
                     progress.cursor += 1
-                    yield make(ids[c], doc_ids[c])
+                    yield make(ids, doc_ids, c)
             complete = True
         finally:
             progress.end(complete, counters)

@@ -160,7 +160,7 @@ class Session:
         if batches is None:
             yield from blocks(make=_packing.block)
         else:
-            yield from _columnar.stacked(blocks(make=_packing.pair), batches, length)
+            yield from _columnar.stacked(blocks(make=_packing.chunk_row), batches, length)
 
     def statistics(self) -> Statistics:
         """The counters, with the items of the current chunk handed out so far counted as consumed."""

@@ -139,6 +139,32 @@ def test_workers_deliver_the_default_collates_batches_and_checkpoints(multi_tabl
     assert run(resumed)[0] == expected[4:]
 
 
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_one_owned_split_writes_nothing_a_trainer_can_change(multi_table: Any, num_workers: int) -> None:
+    """One owned split per iterator: a batch is consecutive rows of one packed chunk (in the trainer's
+    process handed out as a view of them, in a worker copied once into shared memory). A trainer
+    that writes into every batch it gets changes neither the batches after it nor any checkpoint."""
+    kwargs: dict[str, Any] = {"num_splits": 2 if num_workers else 1, "blocks_per_epoch": 40}
+    expected, expected_states = run(
+        StreamingDataLoader(packed(multi_table, **kwargs), batch_size=4, num_workers=num_workers)
+    )
+    loader = StreamingDataLoader(
+        packed(multi_table, **kwargs), batch_size=4, num_workers=num_workers, batch_format="torch"
+    )
+    got, states = [], []
+    for batch in loader:
+        got.append(as_lists(batch))
+        states.append(loader.state_dict())
+        batch["input_ids"].fill_(7)
+        batch["doc_ids"].fill_(7)
+    assert got == expected and states == expected_states
+    resumed = StreamingDataLoader(
+        packed(multi_table, **kwargs), batch_size=4, num_workers=num_workers, batch_format="numpy"
+    )
+    resumed.load_state_dict(states[2])
+    assert run(resumed)[0] == expected[3:]
+
+
 @given(loader_runs(max_batch=20, max_skip=15, blocks_per_split=12))
 def test_random_runs_match_the_default_collate(
     multi_table: Any, run_: tuple[dict[str, Any], int, bool, int]

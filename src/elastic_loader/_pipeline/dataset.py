@@ -195,7 +195,6 @@ class StreamingDataset(StatisticsView, IterableDataset[Any]):
         self._row_file = RowFile()  # a file of an earlier epoch holds other row ids
         self._handle.built(epoch.perm.base_version, epoch.reader)
         self._blocks_per_epoch = epoch.blocks_per_epoch
-        # what a checkpoint must agree on changes only here; every batch of a loader asks for it
         self._identity_now = self._settings.identity(
             self._epoch, self._perm.fingerprint, self._blocks_per_epoch
         )
@@ -314,7 +313,7 @@ class StreamingDataset(StatisticsView, IterableDataset[Any]):
 
     @property
     def _identity(self) -> ckpt.Identity:
-        return self._identity_now
+        return self._identity_now  # made by _build_epoch, the only place it can change
 
     def state_dict(self) -> dict[str, object]:
         """The checkpoint: settings plus per-split progress, in ``lancedb.streaming``'s format.

@@ -32,6 +32,7 @@ Rules:
 from __future__ import annotations
 
 import heapq
+import itertools
 import threading
 import time
 from collections.abc import Callable, Generator, Iterator
@@ -142,10 +143,17 @@ class _Fetched:
         """Write the documents, each followed by EOS, to ``out`` (``ends[-1]`` slots)."""
         eos_at = self.ends - 1
         if len(out) >= LOOP_MIN_DOC_TOKENS * len(self.sizes):
-            # long documents: one slice copy each costs less than an index per token
-            values = self.values
-            for lo, size, end in zip(self.lo.tolist(), self.sizes.tolist(), self.ends.tolist()):
-                out[end - size : end - 1] = values[lo : lo + size - 1]
+            # long documents: documents that lie one after another in `values` (a run of
+            # consecutive rows) are copied by one masked assignment, the rest one slice each
+            values, lo, sizes = self.values, self.lo, self.sizes
+            breaks = np.flatnonzero(lo[1:] != lo[:-1] + sizes[:-1] - 1) + 1
+            if len(breaks) * MIN_RUN_DOCS > len(sizes):  # short runs: a slice a document
+                for first, size, end in zip(lo.tolist(), sizes.tolist(), self.ends.tolist()):
+                    out[end - size : end - 1] = values[first : first + size - 1]
+            else:
+                bounds = [0, *breaks.tolist(), len(sizes)]
+                for a, b in itertools.pairwise(bounds):
+                    _copy_run(out, values, lo[a:b], sizes[a:b], eos_at[a:b])
         elif len(self.values):
             source = np.repeat(self.lo - (self.ends - self.sizes), self.sizes)
             source += np.arange(len(out), dtype=np.int64)
@@ -153,6 +161,22 @@ class _Fetched:
             # (the slot is overwritten below), and "raise" would buffer `out`
             np.take(self.values, source, out=out, mode="clip")
         out[eos_at] = self.eos
+
+
+MIN_RUN_DOCS = 8
+"""Documents a run of consecutive rows averages, at least, for ``_Fetched.copy_into`` to copy runs."""
+
+
+def _copy_run(
+    out: np.ndarray, values: np.ndarray, lo: np.ndarray, sizes: np.ndarray, eos_at: np.ndarray
+) -> None:
+    """Copy documents that lie one after another in ``values`` (from ``lo[0]``) to ``out``, where
+    each is followed by its EOS slot ``eos_at`` (written by the caller): every slot of the run but
+    the EOS slots takes the next token."""
+    start, end = int(eos_at[0]) - int(sizes[0]) + 1, int(eos_at[-1]) + 1
+    keep = np.ones(end - start, dtype=bool)
+    keep[eos_at - start] = False
+    out[start:end][keep] = values[int(lo[0]) : int(lo[0]) + end - start - len(sizes)]
 
 
 class SplitStream:

@@ -1,8 +1,9 @@
 """How documents get into a packed stream: reads in row-id order, then one gather with EOS.
 
 A packed pipeline reads each unit's rows sorted by row id (``Unit.where`` maps them back) and
-copies every document, followed by EOS, into its split's stream in one of two ways: one slice
-per document when documents are long, one vectorized index pass when they are short. Both ways
+copies every document, followed by EOS, into its split's stream in one of three ways: when
+documents are long, one masked assignment per run of consecutive rows, or one slice per document
+when the runs are short; one vectorized index pass when documents are short. Both ways
 are checked here against a plain Python construction; whole epochs of long documents (the slice
 path) are compared with the executable spec in packing/test_pipe_packing.py.
 """
@@ -37,10 +38,15 @@ def _expected(docs: list[list[int]], picks: list[int]) -> list[int]:
 @st.composite
 def batches(draw: st.DrawFn) -> tuple[list[list[int]], list[int]]:
     longest = draw(st.sampled_from([3, 40, 4 * LOOP_MIN_DOC_TOKENS]))
-    n = draw(st.integers(1, 12))
+    n = draw(st.integers(1, 40))
     lengths = draw(st.lists(st.integers(0, longest), min_size=n, max_size=n))
     docs = [[1000 * i + j for j in range(length)] for i, length in enumerate(lengths)]
-    picks = draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=n, unique=True))
+    if draw(st.booleans()):  # runs of consecutive rows, as a clumped order reads them
+        cuts = sorted(draw(st.lists(st.integers(0, n), min_size=2, max_size=6, unique=True)))
+        runs = [list(range(a, b)) for a, b in zip(cuts[::2], cuts[1::2])]
+        picks = [p for run in draw(st.permutations(runs)) for p in run] or [0]
+    else:
+        picks = draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=n, unique=True))
     return docs, picks
 
 
@@ -63,6 +69,22 @@ def test_both_copy_paths_around_the_threshold(size: int) -> None:
     picks = [2, 0, 1, 2][:3]
     part = _fetched(docs, picks)
     out = np.empty(int(part.ends[-1]), dtype=np.int64)
+    part.copy_into(out)
+    assert out.tolist() == _expected(docs, picks)
+
+
+RUNS = [[range(0, 20)], [range(10, 20), range(0, 10)], [range(3, 12), range(15, 16)]]
+
+
+@pytest.mark.parametrize("runs", RUNS)
+def test_runs_of_consecutive_rows_are_copied_as_runs(runs: list[range]) -> None:
+    """Long documents that lie one after another in the read (one run, or runs in another order,
+    one of a single document) are copied run by run, each document followed by EOS."""
+    docs = [[1000 * i + j for j in range(2 * LOOP_MIN_DOC_TOKENS + i)] for i in range(20)]
+    docs[4] = []  # an empty document inside a run
+    picks = [p for run in runs for p in run]
+    part = _fetched(docs, picks)
+    out = np.full(int(part.ends[-1]), 7, dtype=np.int64)
     part.copy_into(out)
     assert out.tolist() == _expected(docs, picks)
 

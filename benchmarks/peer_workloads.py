@@ -493,6 +493,31 @@ def lance_torch_tokens(table: Any) -> Callable[[], int]:
     return run
 
 
+def lance_torch_items(table: Any) -> Callable[[], int]:
+    """``lance_torch_tokens``'s reads and packer, delivering what elastic-loader's packed dataset
+    yields: one item a block, ``{"input_ids", "doc_ids"}`` tensors, ``doc_ids[j]`` counting the
+    document starts at offsets 1..j (after an EOS) of the block."""
+    import torch
+    from lance.torch.data import LanceDataset
+
+    dataset = table.to_lance()
+
+    def run() -> int:
+        ds = LanceDataset(
+            dataset, batch_size=LANCE_BATCH, columns=["tokens"], sampler=_sampler("batch"), to_tensor_fn=None
+        )
+        tokens = 0
+        for blocks in pack_numpy(ds, PACK, EOS):
+            doc_ids = np.zeros_like(blocks)
+            np.cumsum(blocks[:, :-1] == EOS, axis=1, out=doc_ids[:, 1:])
+            for ids, docs in zip(blocks, doc_ids):
+                item = {"input_ids": torch.from_numpy(ids), "doc_ids": torch.from_numpy(docs)}
+                tokens += int(item["input_ids"].numel())
+        return tokens
+
+    return run
+
+
 # ---------------------------------------------------------------- the registry
 
 
@@ -628,6 +653,15 @@ TOKEN_LOADERS = (
         lambda t, spec: packed_elastic(t, spec, permutation=LocalShuffle(clump=256, window=1)),
     ),
     Loader(
+        "elastic_local_256_1_split1",
+        "elastic-loader pack_sequences=2048, LocalShuffle(clump=256, window=1), num_splits=1 (the default in "
+        "one process: one stream, no interleaving of splits)",
+        None,
+        lambda t, spec: w.packed_epoch(
+            "elastic_loader", t, spec, num_splits=1, permutation=LocalShuffle(clump=256, window=1)
+        ),
+    ),
+    Loader(
         "raw_take_16k",
         "raw random take, 16384 documents per call, Arrow",
         None,
@@ -639,6 +673,13 @@ TOKEN_LOADERS = (
         "lance.torch ShardedBatchSampler(randomize=True) + a numpy packer",
         "lance.torch",
         lambda t, _: lance_torch_tokens(t),
+    ),
+    Loader(
+        "lance_torch_items",
+        "lance.torch ShardedBatchSampler(randomize=True) + the numpy packer, one item a block with doc_ids "
+        "(what elastic-loader yields)",
+        "lance.torch",
+        lambda t, _: lance_torch_items(t),
     ),
     Loader(
         "litdata_tokens",

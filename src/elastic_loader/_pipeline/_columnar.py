@@ -391,6 +391,7 @@ def _stack(pending: list[ChunkRow], length: int, batch_format: str) -> dict[str,
 
 
 def _as_format(arrays: dict[str, np.ndarray], batch_format: str) -> dict[str, Any]:
+    """``arrays`` as ``batch_format`` wants them: as they are, or tensors over the same memory."""
     if batch_format != "torch":
         return arrays
     import torch

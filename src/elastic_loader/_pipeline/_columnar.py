@@ -20,7 +20,9 @@ Rules:
 * A packed dataset (``pack_sequences``) yields packed batches in ``"torch"`` or ``"numpy"``
   format (:func:`stacked`): ``{"input_ids", "doc_ids"}`` of shape ``(B, L)``, what the default
   collate stacks from the same ``B`` blocks of one iterator, written once (in a DataLoader worker
-  into shared memory, as the default collate does); ``"arrow"`` is refused. A block counts as
+  into shared memory, as the default collate does), or, in the trainer's process when the blocks
+  are consecutive rows of one chunk (one owned split), a view of them as single blocks are;
+  ``"arrow"`` is refused. A block counts as
   handed out when it joins the pending batch, which is yielded as soon as it is full, so every
   state a consumer sees is the per-block state after a whole batch: the checkpoints are the
   default collate's.

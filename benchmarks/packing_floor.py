@@ -12,7 +12,7 @@ Rules:
   window)``; every pass is a whole epoch through ``StreamingDataset`` (one item a block), as
   ``peers.py`` runs it.
 * ``full``: the loader as it is. ``no_copy``: documents are not copied into the split streams
-  (``_Fetched.copy_into`` does nothing: the blocks hold garbage, the control flow is unchanged).
+  (``_documents.Fetched.copy_into`` does nothing: the blocks hold garbage, the control flow is unchanged).
   ``no_doc_ids``: ``doc_ids`` is one zero array reused. ``neither``: both. These are diagnostics,
   never a loader: what is left when a part of the packer costs nothing.
 * ``reads``: the same documents read alone as lance.torch reads them (Lance range scans of 256
@@ -46,7 +46,7 @@ import meta
 import peer_workloads as pw
 import workloads as w
 from elastic_loader import LocalShuffle
-from elastic_loader._pipeline import _packing
+from elastic_loader._pipeline import _documents, _packing
 
 VARIANTS = ("full", "no_copy", "no_doc_ids", "neither", "reads")
 TICK = os.sysconf("SC_CLK_TCK")
@@ -99,8 +99,8 @@ def _patched(variant: str) -> list[tuple[Any, str, Any]]:
     """Apply ``variant``'s no-ops; returns what to restore."""
     saved: list[tuple[Any, str, Any]] = []
     if variant in ("no_copy", "neither"):
-        saved.append((_packing._Fetched, "copy_into", _packing._Fetched.copy_into))
-        _packing._Fetched.copy_into = lambda self, out: None  # type: ignore[method-assign]
+        saved.append((_documents.Fetched, "copy_into", _documents.Fetched.copy_into))
+        _documents.Fetched.copy_into = lambda self, out: None  # type: ignore[method-assign]
     if variant in ("no_doc_ids", "neither"):
         saved.append((_packing, "_doc_ids", _packing._doc_ids))
         zeros: dict[tuple[int, int], np.ndarray] = {}

@@ -13,8 +13,8 @@ import random
 import numpy as np
 import pyarrow.compute as pc
 
+from ._documents import NULL_TOKENS
 from ._lance import Reader
-from ._packing import NULL_TOKENS
 
 AUTO_SAMPLE_CAP = 100_000
 """Documents the ``blocks_per_epoch="auto"`` estimate reads at most (over all splits)."""

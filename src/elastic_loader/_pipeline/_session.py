@@ -34,7 +34,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from . import _columnar, _fetch, _packing, _rows
+from . import _columnar, _documents, _fetch, _packing, _rows
 from ._checkpoint import PackedState, RowState, State
 from ._demand import PackDemand, RowDemand
 from ._lance import Reader
@@ -141,7 +141,7 @@ class Session:
             streams.append(_packing.SplitStream(tokens, starts, start.consumed[s], start.emitted[s]))
         feed = _packing.PackFeed(streams, eos, counters)
         self.pack_cursor = _packing.PackCursor(streams)
-        stage = _packing.make_doc_stage(settings.on_transform_error, counters)
+        stage = _documents.make_doc_stage(settings.on_transform_error, counters)
         demand = PackDemand(streams, length, settings.io_queue_depth, settings.read_ahead_bytes)
         consumed = [start.consumed[s] for s in owned]
         pipeline = self._pipeline(stage, demand.want, consumed, sorted_reads=True, buffered=feed.held_bytes)

@@ -16,19 +16,19 @@ import pytest
 from hypothesis import given, strategies as st
 
 from elastic_loader._pipeline import _fetch, _packing
-from elastic_loader._pipeline._packing import LOOP_MIN_DOC_TOKENS, _Fetched
+from elastic_loader._pipeline._documents import LOOP_MIN_DOC_TOKENS, Fetched
 
 EOS, PAD = -1, -2
 
 
-def _fetched(docs: list[list[int]], picks: list[int]) -> _Fetched:
+def _fetched(docs: list[list[int]], picks: list[int]) -> Fetched:
     """Documents ``picks`` (in that order) of a batch holding ``docs`` back to back."""
     lengths = np.array([len(d) for d in docs], dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     values = np.array([t for d in docs for t in d], dtype=np.int64)
     sizes = lengths[picks] + 1
     positions = np.arange(len(picks), dtype=np.int64)
-    return _Fetched(values, offsets[:-1][picks], sizes, np.cumsum(sizes), positions, EOS)
+    return Fetched(values, offsets[:-1][picks], sizes, np.cumsum(sizes), positions, EOS)
 
 
 def _expected(docs: list[list[int]], picks: list[int]) -> list[int]:

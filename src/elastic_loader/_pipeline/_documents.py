@@ -1,0 +1,151 @@
+"""How documents get from a read into a packed split's stream.
+
+Rules:
+* The document stage (a transform thread) turns a unit's token lists into one flat ``int64``
+  array with each row's start and length, and flags the rows that must raise or be dropped
+  (null lists or tokens, tokens too large for ``int64``): ``_faults`` decides which.
+* A split's documents are appended to its stream as a ``Fetched`` part and copied in only when
+  the blocks being cut need them, each followed by EOS, in the split's order: long documents
+  (``LOOP_MIN_DOC_TOKENS`` on average) one slice each, or one masked assignment per run of
+  consecutive rows when the runs average ``MIN_RUN_DOCS`` documents or more (clumped orders);
+  short documents with one index per token.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ._faults import OnError, forgiving, report_dropped
+from ._fetch import Stage
+from ._stats import Counters
+
+INT64_MAX = 2**63 - 1
+NULL_TOKENS = "pack_sequences does not support null token lists or null token values"
+TOO_LARGE = "token value does not fit in int64"
+
+
+@dataclass
+class DocPayload:
+    values: np.ndarray  # flat tokens of every row (bad rows included, null lists empty)
+    starts: np.ndarray  # where each row's tokens begin in values
+    lengths: np.ndarray  # tokens per row
+    bad: dict[int, BaseException] | None  # rows that raise
+    skipped: set[int] | None  # rows dropped
+
+
+def make_doc_stage(on_error: OnError, counters: Counters) -> Stage:
+    """The packing transform stage: token lists to flat int64 arrays, bad documents flagged."""
+    forgive = forgiving(on_error)
+
+    def run(batch: pa.RecordBatch) -> DocPayload:
+        t0 = time.perf_counter_ns()
+        column = batch.column(0)  # a RecordBatch column: one contiguous array
+        lengths = pc.list_value_length(column).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+        flat = column.flatten()
+        problem = np.asarray(column.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+        ends = np.cumsum(lengths)
+        starts = ends - lengths
+        reasons: dict[int, str] = {int(r): NULL_TOKENS for r in np.flatnonzero(problem)}
+        if flat.null_count:
+            per_row = _per_row(
+                np.asarray(flat.is_null().to_numpy(zero_copy_only=False), dtype=bool), starts, ends
+            )
+            for r in np.flatnonzero(per_row):
+                reasons.setdefault(int(r), NULL_TOKENS)
+        # without nulls the tokens are used in place (fill_null would copy them)
+        values = (flat.fill_null(0) if flat.null_count else flat).to_numpy(zero_copy_only=False)
+        if values.dtype == np.uint64 and values.size and values.max() > INT64_MAX:
+            per_row = _per_row(values > INT64_MAX, starts, ends)
+            for r in np.flatnonzero(per_row):
+                reasons.setdefault(int(r), TOO_LARGE)
+        # too-large tokens wrap here, but only in flagged documents, which are never emitted
+        values = values.astype(np.int64, copy=False)
+        bad: dict[int, BaseException] = {}
+        skipped: set[int] = set()
+        dropped: list[Exception] = []
+        for row in sorted(reasons):
+            exc = ValueError(reasons[row])
+            if forgive(exc):
+                skipped.add(row)
+                dropped.append(exc)
+            else:
+                bad[row] = exc
+        report_dropped(on_error, dropped, batch.num_rows, "documents whose tokens were invalid", counters)
+        counters.add(transform_ns=time.perf_counter_ns() - t0)
+        return DocPayload(values, starts, lengths, bad or None, skipped or None)
+
+    def combine(parts: list[tuple[int, DocPayload]]) -> DocPayload:
+        assert len(parts) == 1, "packing transforms a unit as one slice"
+        return parts[0][1]
+
+    return Stage(run, combine, None)
+
+
+def _per_row(flags: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """For each row ``[start, end)`` of ``flags``, whether any flag is set."""
+    cumulative = np.concatenate([[0], np.cumsum(flags, dtype=np.int64)])
+    result: np.ndarray = (cumulative[ends] - cumulative[starts]) > 0
+    return result
+
+
+LOOP_MIN_DOC_TOKENS = 256
+"""Mean document size (EOS included) from which documents are copied one slice each."""
+
+
+@dataclass
+class Fetched:
+    """Documents appended to a stream and not yet copied into it: ``sizes[i] - 1``
+    tokens from ``values[lo[i]]``, then EOS; ``ends`` is ``cumsum(sizes)``, and
+    ``positions`` are the documents' split positions."""
+
+    values: np.ndarray
+    lo: np.ndarray
+    sizes: np.ndarray
+    ends: np.ndarray
+    positions: np.ndarray
+    eos: int
+
+    def copy_into(self, out: np.ndarray) -> None:
+        """Write the documents, each followed by EOS, to ``out`` (``ends[-1]`` slots)."""
+        eos_at = self.ends - 1
+        if len(out) >= LOOP_MIN_DOC_TOKENS * len(self.sizes):
+            # long documents: documents that lie one after another in `values` (a run of
+            # consecutive rows) are copied by one masked assignment, the rest one slice each
+            values, lo, sizes = self.values, self.lo, self.sizes
+            breaks = np.flatnonzero(lo[1:] != lo[:-1] + sizes[:-1] - 1) + 1
+            if len(breaks) * MIN_RUN_DOCS > len(sizes):  # short runs: a slice a document
+                for first, size, end in zip(lo.tolist(), sizes.tolist(), self.ends.tolist()):
+                    out[end - size : end - 1] = values[first : first + size - 1]
+            else:
+                bounds = [0, *breaks.tolist(), len(sizes)]
+                for a, b in itertools.pairwise(bounds):
+                    _copy_run(out, values, lo[a:b], sizes[a:b], eos_at[a:b])
+        elif len(self.values):
+            source = np.repeat(self.lo - (self.ends - self.sizes), self.sizes)
+            source += np.arange(len(out), dtype=np.int64)
+            # an EOS slot's index (lo + length) may lie past the end: "clip" keeps it in range
+            # (the slot is overwritten below), and "raise" would buffer `out`
+            np.take(self.values, source, out=out, mode="clip")
+        out[eos_at] = self.eos
+
+
+MIN_RUN_DOCS = 8
+"""Documents a run of consecutive rows averages, at least, for ``Fetched.copy_into`` to copy runs."""
+
+
+def _copy_run(
+    out: np.ndarray, values: np.ndarray, lo: np.ndarray, sizes: np.ndarray, eos_at: np.ndarray
+) -> None:
+    """Copy documents that lie one after another in ``values`` (from ``lo[0]``) to ``out``, where
+    each is followed by its EOS slot ``eos_at`` (written by the caller): every slot of the run but
+    the EOS slots takes the next token."""
+    start, end = int(eos_at[0]) - int(sizes[0]) + 1, int(eos_at[-1]) + 1
+    keep = np.ones(end - start, dtype=bool)
+    keep[eos_at - start] = False
+    out[start:end][keep] = values[int(lo[0]) : int(lo[0]) + end - start - len(sizes)]

@@ -434,8 +434,10 @@ def mds_rows_run(path: Path) -> Callable[[], np.ndarray]:
 # ---------------------------------------------------------------- packing
 
 
-def packed_elastic(table: Any, spec: w.TokenTable, **options: Any) -> Callable[[], int]:
-    return w.packed_epoch("elastic_loader", table, spec, num_splits=NUM_SPLITS, **options)
+def packed_elastic(
+    table: Any, spec: w.TokenTable, num_splits: int = NUM_SPLITS, **options: Any
+) -> Callable[[], int]:
+    return w.packed_epoch("elastic_loader", table, spec, num_splits=num_splits, **options)
 
 
 def raw_take_tokens(table: Any) -> Callable[[], int]:
@@ -477,18 +479,25 @@ def pack_numpy(batches: Any, length: int, eos: int) -> Iterator[np.ndarray]:
         carry = stream[blocks * length :].copy()
 
 
+def _lance_torch_packed(dataset: Any) -> Iterator[np.ndarray]:
+    """lance.torch ``LanceDataset`` over ``dataset`` (256 documents a batch,
+    ShardedBatchSampler(randomize=True)), packed by ``pack_numpy``: ``(k, PACK)`` arrays."""
+    from lance.torch.data import LanceDataset
+
+    ds = LanceDataset(
+        dataset, batch_size=LANCE_BATCH, columns=["tokens"], sampler=_sampler("batch"), to_tensor_fn=None
+    )
+    return pack_numpy(ds, PACK, EOS)
+
+
 def lance_torch_tokens(table: Any) -> Callable[[], int]:
     """lance.torch ``LanceDataset`` (256 documents a batch, ShardedBatchSampler(randomize=True)), packed."""
     import torch
-    from lance.torch.data import LanceDataset
 
     dataset = table.to_lance()
 
     def run() -> int:
-        ds = LanceDataset(
-            dataset, batch_size=LANCE_BATCH, columns=["tokens"], sampler=_sampler("batch"), to_tensor_fn=None
-        )
-        return sum(int(torch.from_numpy(blocks).numel()) for blocks in pack_numpy(ds, PACK, EOS))
+        return sum(int(torch.from_numpy(blocks).numel()) for blocks in _lance_torch_packed(dataset))
 
     return run
 
@@ -498,16 +507,12 @@ def lance_torch_items(table: Any) -> Callable[[], int]:
     yields: one item a block, ``{"input_ids", "doc_ids"}`` tensors, ``doc_ids[j]`` counting the
     document starts at offsets 1..j (after an EOS) of the block."""
     import torch
-    from lance.torch.data import LanceDataset
 
     dataset = table.to_lance()
 
     def run() -> int:
-        ds = LanceDataset(
-            dataset, batch_size=LANCE_BATCH, columns=["tokens"], sampler=_sampler("batch"), to_tensor_fn=None
-        )
         tokens = 0
-        for blocks in pack_numpy(ds, PACK, EOS):
+        for blocks in _lance_torch_packed(dataset):
             doc_ids = np.zeros_like(blocks)
             np.cumsum(blocks[:, :-1] == EOS, axis=1, out=doc_ids[:, 1:])
             for ids, docs in zip(blocks, doc_ids):
@@ -657,9 +662,7 @@ TOKEN_LOADERS = (
         "elastic-loader pack_sequences=2048, LocalShuffle(clump=256, window=1), num_splits=1 (the default in "
         "one process: one stream, no interleaving of splits)",
         None,
-        lambda t, spec: w.packed_epoch(
-            "elastic_loader", t, spec, num_splits=1, permutation=LocalShuffle(clump=256, window=1)
-        ),
+        lambda t, spec: packed_elastic(t, spec, num_splits=1, permutation=LocalShuffle(clump=256, window=1)),
     ),
     Loader(
         "raw_take_16k",

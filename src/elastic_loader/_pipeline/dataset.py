@@ -195,7 +195,8 @@ class StreamingDataset(StatisticsView, IterableDataset[Any]):
         self._row_file = RowFile()  # a file of an earlier epoch holds other row ids
         self._handle.built(epoch.perm.base_version, epoch.reader)
         self._blocks_per_epoch = epoch.blocks_per_epoch
-        self._identity_now = self._settings.identity(
+        # what a checkpoint must agree on: it changes only here (every loader batch carries it)
+        self._identity: ckpt.Identity = self._settings.identity(
             self._epoch, self._perm.fingerprint, self._blocks_per_epoch
         )
         self._tracker.start(start_progress(self._settings), self._table_pin())
@@ -310,10 +311,6 @@ class StreamingDataset(StatisticsView, IterableDataset[Any]):
         return self._counters.snapshot() if session is None else session.statistics()
 
     # ------------------------------------------------------------ checkpoints
-
-    @property
-    def _identity(self) -> ckpt.Identity:
-        return self._identity_now  # made by _build_epoch, the only place it can change
 
     def state_dict(self) -> dict[str, object]:
         """The checkpoint: settings plus per-split progress, in ``lancedb.streaming``'s format.

@@ -10,8 +10,8 @@ Rules:
 * One packed epoch (``pack_sequences=2048`` over ``peer_workloads.token_spec(docs)``, 8 splits,
   the default permutation) read three ways, each pass in a new process, the clock started at the
   dataset's construction: ``direct`` (iterating the dataset), ``loader_8`` and ``loader_1``
-  (``StreamingDataLoader(ds, batch_size=8 or 1)``, ``num_workers=0``) and ``batches_8``
-  (``batch_format="torch"``: packed batches, no Python object per block); ``workers_8``
+  (``StreamingDataLoader(ds, batch_size=8 or 1)``, ``num_workers=0``), ``batches_8`` and
+  ``batches_64`` (``batch_format="torch"``: packed batches, no Python object per block); ``workers_8``
   (``batch_size=8``, ``num_workers=2``) and ``torch_floor_8``, a plain torch ``DataLoader`` with
   2 workers over a dataset that reads nothing and yields as many blocks of the same shape (the
   ceiling torch's worker transport sets on this machine). A loader commits every batch's
@@ -47,7 +47,7 @@ import torch.utils.data as torch_data
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-CASES = ("direct", "loader_8", "loader_1", "batches_8", "workers_8", "torch_floor_8")
+CASES = ("direct", "loader_8", "loader_1", "batches_8", "batches_64", "workers_8", "torch_floor_8")
 WORKERS = 2
 
 

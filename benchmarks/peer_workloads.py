@@ -49,6 +49,7 @@ COLUMNAR_BATCH = 1024
 WORKERS = 2
 NUM_SPLITS = 8
 PACK = 2048
+PACKED_BATCH = 64
 EOS = -1
 PAD = -2
 LITDATA_CHUNK_BYTES = "64MB"
@@ -502,6 +503,14 @@ def lance_torch_tokens(table: Any) -> Callable[[], int]:
     return run
 
 
+def _doc_ids_of(blocks: np.ndarray) -> np.ndarray:
+    """``doc_ids`` of packed ``(k, L)`` blocks as elastic-loader gives them: ``doc_ids[:, j]``
+    counts the document starts at offsets 1..j (after an EOS) of the block."""
+    doc_ids = np.zeros_like(blocks)
+    np.cumsum(blocks[:, :-1] == EOS, axis=1, out=doc_ids[:, 1:])
+    return doc_ids
+
+
 def lance_torch_items(table: Any) -> Callable[[], int]:
     """``lance_torch_tokens``'s reads and packer, delivering what elastic-loader's packed dataset
     yields: one item a block, ``{"input_ids", "doc_ids"}`` tensors, ``doc_ids[j]`` counting the
@@ -513,12 +522,36 @@ def lance_torch_items(table: Any) -> Callable[[], int]:
     def run() -> int:
         tokens = 0
         for blocks in _lance_torch_packed(dataset):
-            doc_ids = np.zeros_like(blocks)
-            np.cumsum(blocks[:, :-1] == EOS, axis=1, out=doc_ids[:, 1:])
-            for ids, docs in zip(blocks, doc_ids):
+            for ids, docs in zip(blocks, _doc_ids_of(blocks)):
                 item = {"input_ids": torch.from_numpy(ids), "doc_ids": torch.from_numpy(docs)}
                 tokens += int(item["input_ids"].numel())
         return tokens
+
+    return run
+
+
+def lance_torch_batches(table: Any, batch: int = PACKED_BATCH) -> Callable[[], int]:
+    """``lance_torch_tokens``'s reads and packer, delivering what elastic-loader's packed batches
+    give (``StreamingDataLoader(batch_size=batch, batch_format="torch")``): ``(batch, L)``
+    ``input_ids`` and ``doc_ids`` tensors a step (the packer's arrays regrouped into fixed batches;
+    a short last batch is delivered)."""
+    import torch
+
+    dataset = table.to_lance()
+
+    def deliver(ids: np.ndarray) -> int:
+        item = {"input_ids": torch.from_numpy(ids), "doc_ids": torch.from_numpy(_doc_ids_of(ids))}
+        return int(item["input_ids"].numel())
+
+    def run() -> int:
+        tokens, carry = 0, np.empty((0, PACK), dtype=np.int64)
+        for blocks in _lance_torch_packed(dataset):
+            joined = np.concatenate([carry, blocks]) if len(carry) else blocks
+            whole = len(joined) // batch * batch
+            for a in range(0, whole, batch):
+                tokens += deliver(joined[a : a + batch])
+            carry = joined[whole:]
+        return tokens + (deliver(carry) if len(carry) else 0)
 
     return run
 
@@ -665,6 +698,21 @@ TOKEN_LOADERS = (
         lambda t, spec: packed_elastic(t, spec, num_splits=1, permutation=LocalShuffle(clump=256, window=1)),
     ),
     Loader(
+        "elastic_local_256_1_split1_b64",
+        "elastic-loader pack_sequences=2048, LocalShuffle(clump=256, window=1), num_splits=1, "
+        "StreamingDataLoader(batch_size=64, batch_format='torch'): (64, 2048) input_ids and doc_ids "
+        "tensors a step, every step's checkpoint committed",
+        None,
+        lambda t, spec: packed_elastic(
+            t,
+            spec,
+            num_splits=1,
+            batch_size=PACKED_BATCH,
+            batch_format="torch",
+            permutation=LocalShuffle(clump=256, window=1),
+        ),
+    ),
+    Loader(
         "raw_take_16k",
         "raw random take, 16384 documents per call, Arrow",
         None,
@@ -683,6 +731,13 @@ TOKEN_LOADERS = (
         "(what elastic-loader yields)",
         "lance.torch",
         lambda t, _: lance_torch_items(t),
+    ),
+    Loader(
+        "lance_torch_b64",
+        "lance.torch ShardedBatchSampler(randomize=True) + the numpy packer, (64, 2048) input_ids and "
+        "doc_ids tensors a step (what elastic_local_256_1_split1_b64 yields)",
+        "lance.torch",
+        lambda t, _: lance_torch_batches(t),
     ),
     Loader(
         "litdata_tokens",

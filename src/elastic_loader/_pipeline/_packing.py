@@ -349,18 +349,21 @@ def _record_state(record: ChunkSplit, emitted_rel: int, fill_cycle: int | None, 
     return consumed[fill], record.emitted0 + emitted_rel, buffer, starts
 
 
-def _cycles_ready(pipeline: Pipeline, feed: PackFeed, i: int, length: int) -> int | None:
+def _cycles_ready(pipeline: Pipeline, feed: PackFeed, i: int, length: int, at_least: int = 1) -> int | None:
     """Cycles owned split ``i`` can complete, fetching as needed (``None``: unlimited, it only pads;
-    0: it must raise its document's error)."""
+    0: it must raise its document's error). It fetches until ``at_least`` cycles are ready where
+    the pipeline has a unit in flight; with none in flight, what is ready (at least one) will do."""
     stream = feed.streams[i]
     while True:
         exhausted = pipeline.fetched_all(i) and stream.error is None
         got = stream.available_cycles(length, exhausted)
-        if got is None or got > 0:
+        if got is None or got >= at_least or (got > 0 and stream.error is not None):
             return got
         if stream.error is not None:
             return 0
         unit = pipeline.next_unit()
+        if unit is None and got > 0:
+            return got
         if unit is None:
             # A split not fetched in full has a unit in flight; one fetched in full is exhausted
             # (available_cycles returned None above), so this cannot happen.
@@ -452,6 +455,7 @@ def iterate(
     read_ahead_bytes: int,
     targets: list[int | None] | None = None,
     make: Callable[[np.ndarray, np.ndarray, int], Item],
+    align: int = 1,
 ) -> Generator[Item, None, None]:
     """Yield the blocks of the owned splits in canonical order, each made by ``make(input_ids,
     doc_ids, row)`` from its chunk's ``(k, L)`` arrays (``block``: ``{"input_ids", "doc_ids"}``
@@ -459,7 +463,11 @@ def iterate(
 
     Projected splits first replay their blocks up to ``targets`` (not yielded); then lagging
     splits catch up one block at a time; then every cycle yields one block per owned split, k
-    cycles at a time with k within ``read_ahead_bytes`` (at least one cycle).
+    cycles at a time with k within ``read_ahead_bytes`` (at least one cycle). With ``align > 1``
+    (one owned split, batches of ``align`` blocks) a chunk ends on a batch boundary where it can,
+    so a batch lies in one chunk: ``k`` is the largest count within those limits that does, and
+    the split fetches until the next boundary is ready where it has reads in flight. Which blocks
+    come out never depends on ``k``.
     """
     streams = feed.streams
     n = len(streams)
@@ -467,18 +475,26 @@ def iterate(
     most = max(1, read_ahead_bytes // cycle_bytes)
     if targets is not None:
         _replay(pipeline, feed, targets, length, pad, counters, min(most * n, MAX_CHUNK_CYCLES))
-    yield from _catch_up(pipeline, feed, length, pad, counters, make)
+    handed = 0
+    for item in _catch_up(pipeline, feed, length, pad, counters, make):
+        handed += 1
+        yield item
     while streams[0].emitted < budget:
+        left = budget - streams[0].emitted
+        to_boundary = min(left, align - handed % align)
         ready: list[int | None] = []
         for i in range(n):
-            got = _cycles_ready(pipeline, feed, i, length)
+            got = _cycles_ready(pipeline, feed, i, length, to_boundary)
             if got == 0:
                 error = streams[i].error
                 assert error is not None
                 raise error
             ready.append(got)
         finite = [r for r in ready if r is not None]
-        k = min([MAX_CHUNK_CYCLES, most, budget - streams[0].emitted, *finite])
+        k = min([MAX_CHUNK_CYCLES, most, left, *finite])
+        if k > to_boundary:  # end on a batch boundary (k stays >= to_boundary >= 1)
+            k -= (k - to_boundary) % align
+        handed += k * n
         cut = [emit_cycles(stream, k, length, pad) for stream in streams]
         progress.begin([record for _, _, record in cut], length)
         feed.chunk_bytes = k * cycle_bytes

@@ -160,7 +160,9 @@ class Session:
         if batches is None:
             yield from blocks(make=_packing.block)
         else:
-            yield from _columnar.stacked(blocks(make=_packing.chunk_row), batches, length)
+            # one owned split: a batch in one chunk is handed out as a view (_columnar._stack)
+            align = batches.batch_size if len(owned) == 1 else 1
+            yield from _columnar.stacked(blocks(make=_packing.chunk_row, align=align), batches, length)
 
     def statistics(self) -> Statistics:
         """The counters, with the items of the current chunk handed out so far counted as consumed."""

@@ -178,3 +178,24 @@ def test_random_runs_match_the_default_collate(
     batches = StreamingDataLoader(batch_ds, batch_size=batch_size, drop_last=drop_last, batch_format="numpy")
     assert len(batches) == len(blocks)
     assert run(batches) == run(blocks)
+
+
+@pytest.mark.parametrize(("batch_size", "skip"), [(4, 0), (3, 5), (7, 2), (16, 0)])
+def test_one_owned_split_cuts_chunks_on_batch_boundaries(
+    multi_table: Any, batch_size: int, skip: int
+) -> None:
+    """One owned split in the trainer's process: chunks end on batch boundaries where they can, so
+    every batch lies in one chunk and is handed out as a view of it (a NumPy batch has a ``base``;
+    one copied together from two chunks would not), also when the read-ahead budget allows chunks
+    of only 20 cycles and after a resume mid-chunk. The batches and checkpoints are the default
+    collate's."""
+    kwargs: dict[str, Any] = {"num_splits": 1, "blocks_per_epoch": 60, "read_ahead_bytes": 1600}
+    block_ds, batch_ds = resumed_pair(lambda: packed(multi_table, **kwargs), skip)
+    expected = run(StreamingDataLoader(block_ds, batch_size=batch_size, drop_last=True))
+    loader = StreamingDataLoader(batch_ds, batch_size=batch_size, drop_last=True, batch_format="numpy")
+    got, states = [], []
+    for batch in loader:
+        assert batch["input_ids"].base is not None and batch["doc_ids"].base is not None
+        got.append(as_lists(batch))
+        states.append(loader.state_dict())
+    assert (got, states) == expected and len(got) >= 3

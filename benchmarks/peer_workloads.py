@@ -74,13 +74,23 @@ def _id_list(samples: list[Any]) -> list[int]:
     return [sample["id"] for sample in samples]
 
 
-def elastic_rows(table: Any, **options: Any) -> Callable[[], np.ndarray]:
-    """elastic-loader in the consumer's process: 8 splits, seed 0, ``options`` over the defaults."""
+PREFIX_ROWS: dict[str, int] = {}
+"""Row loaders stopped after this many rows of their epoch (``peers.py --mosaic-rows`` for
+``mosaic``, ``--builder-rows`` for ``elastic_loader``): at 10-20k rows/s a full pass over 100M rows
+takes hours. A loader not named: its whole epoch."""
+
+
+def elastic_rows(table: Any, name: str = "", **options: Any) -> Callable[[], np.ndarray]:
+    """elastic-loader in the consumer's process: 8 splits, seed 0, ``options`` over the defaults
+    (the first ``PREFIX_ROWS[name]`` rows of its epoch when that is set)."""
     from elastic_loader import StreamingDataset
 
     def run() -> np.ndarray:
         ds = StreamingDataset(table, num_splits=NUM_SPLITS, shuffle_seed=0, **options)
-        return np.fromiter((row["id"] for row in ds), dtype=np.int64)
+        it = iter(ds)
+        ids = np.fromiter((row["id"] for row in it), dtype=np.int64, count=PREFIX_ROWS.get(name, -1))
+        it.close()  # a prefix: stop the read-ahead now
+        return ids
 
     return run
 
@@ -411,16 +421,11 @@ def mds_rows(table: Any) -> Path:
     return _build_once(PEERS / f"mds_{table.name}", build)
 
 
-MOSAIC_ROWS: int | None = None
-"""Stop mosaicml-streaming after this many rows of its epoch (``peers.py --mosaic-rows``): at about
-10k rows/s a full pass over 100M rows takes hours. ``None``: the whole epoch."""
-
-
 def mds_rows_run(path: Path) -> Callable[[], np.ndarray]:
     """mosaicml-streaming ``StreamingDataset(local=..., shuffle=True)`` in the consumer's process
-    (the first :data:`MOSAIC_ROWS` rows of its epoch when that is set)."""
+    (the first ``PREFIX_ROWS["mosaic"]`` rows of its epoch when that is set)."""
     mds = mosaic()
-    limit = -1 if MOSAIC_ROWS is None else MOSAIC_ROWS
+    limit = PREFIX_ROWS.get("mosaic", -1)
 
     def run() -> np.ndarray:
         mds.clean()
@@ -601,7 +606,7 @@ def _elastic_loaders() -> tuple[Loader, ...]:
                 f"elastic_loader{suffix}",
                 f"elastic-loader, defaults (8 splits){said}",
                 None,
-                lambda t, o=o: elastic_rows(t, **o),
+                lambda t, o=o, name=f"elastic_loader{suffix}": elastic_rows(t, name, **o),
             ),
             Loader(
                 f"elastic_rbs1024{suffix}",

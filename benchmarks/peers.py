@@ -24,7 +24,10 @@ Rules:
   218 and 195 MB of disk (a shared 2-core machine); at 100,000,000 rows 2.3 min, 24 min
   and 31 min (the copies at the same time, litdata's with ``PEERS_BUILD_WORKERS=2``) and
   16, 11 and 9.5 GB. ``--mosaic-rows N`` stops mosaicml-streaming after N rows (no quality
-  columns then): a full pass at its speed takes hours.
+  columns then): a full pass at its speed takes hours; ``--builder-rows N`` stops
+  ``elastic_loader`` (the default builder permutation, whose pass there did not finish in 81
+  minutes on 2026-12-03) the same way. A prefix's rate includes the loader's start (the builder's permutation:
+  about 30 s at 100M rows).
 * Results go to ``benchmarks/peers.local.json`` (git-ignored) or, with ``--save``, the
   committed ``benchmarks/peers.json``; both record the environment (``meta.py``).
 """
@@ -86,6 +89,8 @@ def in_new_processes(workload: str, args: argparse.Namespace) -> Timed:
         command += ["--docs", str(args.docs)]
         if args.mosaic_rows is not None:
             command += ["--mosaic-rows", str(args.mosaic_rows)]
+        if args.builder_rows is not None:
+            command += ["--builder-rows", str(args.builder_rows)]
         done = subprocess.run(command, check=True, capture_output=True, text=True)
         summary: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
         return summary["items"], summary["seconds"], summary
@@ -141,8 +146,15 @@ def _finish(measured: dict, chosen: Sequence[pw.Loader], skipped: dict) -> dict:
 
 
 def _stopped_early(name: str, args: argparse.Namespace) -> bool:
-    """Whether loader ``name`` is stopped before the end of its epoch (``--mosaic-rows``)."""
-    return name == "mosaic" and args.mosaic_rows is not None
+    """Whether loader ``name`` is stopped before the end of its epoch (``--mosaic-rows``,
+    ``--builder-rows``)."""
+    return name in _prefixes(args)
+
+
+def _prefixes(args: argparse.Namespace) -> dict[str, int]:
+    """Loaders stopped early, and after how many rows."""
+    named = {"mosaic": args.mosaic_rows, BASELINE: args.builder_rows}
+    return {name: rows for name, rows in named.items() if rows is not None}
 
 
 def _judge(ids: np.ndarray, rows: int, stopped_early: bool) -> dict[str, Any]:
@@ -258,6 +270,12 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
         default=None,
         help="stop mosaicml-streaming after this many rows (its rate over them; no quality columns)",
     )
+    parser.add_argument(
+        "--builder-rows",
+        type=int,
+        default=None,
+        help="stop elastic_loader (the default builder permutation) after this many rows, as --mosaic-rows",
+    )
     parser.add_argument("--one", metavar="WORKLOAD/NAME", help=argparse.SUPPRESS)  # a --fresh child
     parser.add_argument("--json", type=Path, default=None, help="write the results here instead")
     parser.add_argument(
@@ -271,7 +289,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
-    pw.MOSAIC_ROWS = args.mosaic_rows
+    pw.PREFIX_ROWS.update(_prefixes(args))
     w.quiet()
     if args.one:
         print(json.dumps(one(args.one, args)))
@@ -281,6 +299,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "fresh_processes": args.fresh,
         "rounds": args.rounds,
         "mosaic_rows": args.mosaic_rows,
+        "builder_rows": args.builder_rows,
         "quality_definitions": quality.DEFINITIONS,
     }
     if not args.no_rows:

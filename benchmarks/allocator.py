@@ -8,7 +8,9 @@ Usage::
 
 Every pass is one ``permutation_read.py --one KIND/ITEM`` in a new Python process, once per
 variant of :data:`VARIANTS`: ``default`` (the environment as it is), ``tuned`` (:data:`TUNED`
-added), ``take`` (``ELASTIC_LOADER_RANGE_SCANS=0``: reads by storage position never use range
+added), ``top_pad`` (only ``MALLOC_TOP_PAD_``: a trimmed heap keeps 64 MiB), ``one_arena``
+(``MALLOC_ARENA_MAX=1``: every thread allocates from the main heap), ``take``
+(``ELASTIC_LOADER_RANGE_SCANS=0``: reads by storage position never use range
 scans, docs/PIPELINE.md); the rounds interleave kinds and variants, so the variants of a kind run
 minutes apart on the same machine state. glibc's settings must be set before the process starts
 (glibc reads them once), which is why they are a user's choice and not something the package
@@ -50,6 +52,8 @@ from the heap, the heap is trimmed only above 1 GiB free, and it grows 64 MiB at
 VARIANTS: dict[str, dict[str, str]] = {
     "default": {},
     "tuned": TUNED,
+    "top_pad": {"MALLOC_TOP_PAD_": str(64 << 20)},
+    "one_arena": {"MALLOC_ARENA_MAX": "1"},
     "take": {"ELASTIC_LOADER_RANGE_SCANS": "0"},
 }
 """Each variant's additions to the environment."""

@@ -76,8 +76,8 @@ def _id_list(samples: list[Any]) -> list[int]:
 
 PREFIX_ROWS: dict[str, int] = {}
 """Row loaders stopped after this many rows of their epoch (``peers.py --mosaic-rows`` for
-``mosaic``, ``--builder-rows`` for ``elastic_loader``): at 10-20k rows/s a full pass over 100M rows
-takes hours. A loader not named: its whole epoch."""
+``mosaic``, ``--builder-rows`` for ``elastic_loader``): at 8.0k and 17.5k rows/s (100M rows,
+2026-12-06) a full pass takes hours. A loader not named: its whole epoch."""
 
 
 def elastic_rows(table: Any, name: str = "", **options: Any) -> Callable[[], np.ndarray]:

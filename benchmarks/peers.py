@@ -26,8 +26,8 @@ Rules:
   16, 11 and 9.5 GB. ``--mosaic-rows N`` stops mosaicml-streaming after N rows (no quality
   columns then): a full pass at its speed takes hours; ``--builder-rows N`` stops
   ``elastic_loader`` (the default builder permutation, whose pass there did not finish in 81
-  minutes on 2026-12-03) the same way. A prefix's rate includes the loader's start (the builder's permutation:
-  about 30 s at 100M rows).
+  minutes on 2026-12-03) the same way. A prefix's rate includes the loader's start (the
+  builder's permutation: 32 s at 100M rows when issue 15 was filed).
 * Results go to ``benchmarks/peers.local.json`` (git-ignored) or, with ``--save``, the
   committed ``benchmarks/peers.json``; both record the environment (``meta.py``).
 """

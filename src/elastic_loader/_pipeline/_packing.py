@@ -357,12 +357,10 @@ def _cycles_ready(pipeline: Pipeline, feed: PackFeed, i: int, length: int, at_le
     while True:
         exhausted = pipeline.fetched_all(i) and stream.error is None
         got = stream.available_cycles(length, exhausted)
-        if got is None or got >= at_least or (got > 0 and stream.error is not None):
-            return got
-        if stream.error is not None:
-            return 0
+        if got is None or got >= at_least or stream.error is not None:
+            return got  # with an error, nothing past it is fetched (0: raise it now)
         unit = pipeline.next_unit()
-        if unit is None and got > 0:
+        if unit is None and got:
             return got
         if unit is None:
             # A split not fetched in full has a unit in flight; one fetched in full is exhausted
@@ -471,17 +469,16 @@ def iterate(
     """
     streams = feed.streams
     n = len(streams)
+    assert align == 1 or n == 1, "chunks end on batch boundaries only with one owned split"
     cycle_bytes = n * length * BLOCK_BYTES_PER_TOKEN
     most = max(1, read_ahead_bytes // cycle_bytes)
     if targets is not None:
         _replay(pipeline, feed, targets, length, pad, counters, min(most * n, MAX_CHUNK_CYCLES))
-    handed = 0
-    for item in _catch_up(pipeline, feed, length, pad, counters, make):
-        handed += 1
-        yield item
+    first = streams[0].emitted  # one owned split has no catch-up: blocks handed = emitted - first
+    yield from _catch_up(pipeline, feed, length, pad, counters, make)
     while streams[0].emitted < budget:
         left = budget - streams[0].emitted
-        to_boundary = min(left, align - handed % align)
+        to_boundary = min(left, align - (streams[0].emitted - first) % align)
         ready: list[int | None] = []
         for i in range(n):
             got = _cycles_ready(pipeline, feed, i, length, to_boundary)
@@ -494,7 +491,6 @@ def iterate(
         k = min([MAX_CHUNK_CYCLES, most, left, *finite])
         if k > to_boundary:  # end on a batch boundary (k stays >= to_boundary >= 1)
             k -= (k - to_boundary) % align
-        handed += k * n
         cut = [emit_cycles(stream, k, length, pad) for stream in streams]
         progress.begin([record for _, _, record in cut], length)
         feed.chunk_bytes = k * cycle_bytes

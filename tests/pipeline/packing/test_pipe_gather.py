@@ -3,8 +3,8 @@
 A packed pipeline reads each unit's rows sorted by row id (``Unit.where`` maps them back) and
 copies every document, followed by EOS, into its split's stream in one of three ways: when
 documents are long, one masked assignment per run of consecutive rows, or one slice per document
-when the runs are short; one vectorized index pass when documents are short. Both ways
-are checked here against a plain Python construction; whole epochs of long documents (the slice
+when the runs are short; one vectorized index pass when documents are short. Every way is
+checked here against a plain Python construction; whole epochs of long documents (the slice
 path) are compared with the executable spec in packing/test_pipe_packing.py.
 """
 

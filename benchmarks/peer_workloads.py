@@ -63,6 +63,18 @@ def token_spec(docs: int) -> w.TokenTable:
     return w.TokenTable(f"docs_{docs}_128_2048", docs, 128, 2048, PACK)
 
 
+def preload() -> None:
+    """Import what loaders import on their first pass (Lance, which LanceDB imports at the first
+    ``to_lance()``; lance.torch's dataset; elastic-loader's lazily exported loader), so that the
+    first timed pass in a new process includes no import, whichever loader it is."""
+    import elastic_loader
+
+    elastic_loader.StreamingDataLoader  # noqa: B018 (a lazy export: this imports its module)
+    for module in ("lance", "lance.torch.data"):
+        if installed(module.split(".")[0]):
+            importlib.import_module(module)
+
+
 def installed(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 

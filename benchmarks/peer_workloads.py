@@ -67,9 +67,8 @@ def preload() -> None:
     """Import what loaders import on their first pass (Lance, which LanceDB imports at the first
     ``to_lance()``; lance.torch's dataset; elastic-loader's lazily exported loader), so that the
     first timed pass in a new process includes no import, whichever loader it is."""
-    import elastic_loader
+    from elastic_loader import StreamingDataLoader  # noqa: F401 (a lazy export: this imports its module)
 
-    elastic_loader.StreamingDataLoader  # noqa: B018 (a lazy export: this imports its module)
     for module in ("lance", "lance.torch.data"):
         if installed(module.split(".")[0]):
             importlib.import_module(module)

@@ -1,9 +1,12 @@
 """How documents get from a read into a packed split's stream.
 
 Rules:
-* The document stage (a transform thread) turns a unit's token lists into one flat ``int64``
-  array with each row's start and length, and flags the rows that must raise or be dropped
-  (null lists or tokens, tokens too large for ``int64``): ``_faults`` decides which.
+* The document stage (a transform thread) turns a unit's token lists into flat ``int64``
+  arrays with each row's array, start and length, and flags the rows that must raise or be
+  dropped (null lists or tokens, tokens too large for ``int64``): ``_faults`` decides which. A
+  read that came in several Arrow batches (range scans) keeps one array per batch when its
+  documents are long (``LOOP_MIN_DOC_TOKENS`` on average), so their tokens are copied once, into
+  the stream; short documents are joined into one array first.
 * A split's documents are appended to its stream as a ``Fetched`` part and copied in only when
   the blocks being cut need them, each followed by EOS, in the split's order: long documents
   (``LOOP_MIN_DOC_TOKENS`` on average) one slice each, or one masked assignment per run of
@@ -32,40 +35,75 @@ TOO_LARGE = "token value does not fit in int64"
 
 @dataclass
 class DocPayload:
-    values: np.ndarray  # flat tokens of every row (bad rows included, null lists empty)
-    starts: np.ndarray  # where each row's tokens begin in values
+    values: list[np.ndarray]  # flat tokens of every row (bad rows included, null lists empty), by read batch
+    chunk: np.ndarray | None  # the batch of each row (None: there is one, values[0])
+    starts: np.ndarray  # where each row's tokens begin in its batch's values
     lengths: np.ndarray  # tokens per row
     bad: dict[int, BaseException] | None  # rows that raise
     skipped: set[int] | None  # rows dropped
+
+
+@dataclass
+class _Docs:
+    """One Arrow array of token lists as flat tokens, with each row's start and length and the
+    reasons rows are invalid (rows counted from ``base``)."""
+
+    values: np.ndarray
+    starts: np.ndarray
+    lengths: np.ndarray
+    reasons: dict[int, str]
+
+
+def _flatten(column: pa.Array, base: int) -> _Docs:
+    lengths = pc.list_value_length(column).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+    flat = column.flatten()
+    problem = np.asarray(column.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+    ends = np.cumsum(lengths)
+    starts = ends - lengths
+    reasons: dict[int, str] = {base + int(r): NULL_TOKENS for r in np.flatnonzero(problem)}
+    if flat.null_count:
+        per_row = _per_row(
+            np.asarray(flat.is_null().to_numpy(zero_copy_only=False), dtype=bool), starts, ends
+        )
+        for r in np.flatnonzero(per_row):
+            reasons.setdefault(base + int(r), NULL_TOKENS)
+    # without nulls the tokens are used in place (fill_null would copy them)
+    values = (flat.fill_null(0) if flat.null_count else flat).to_numpy(zero_copy_only=False)
+    if values.dtype == np.uint64 and values.size and values.max() > INT64_MAX:
+        per_row = _per_row(values > INT64_MAX, starts, ends)
+        for r in np.flatnonzero(per_row):
+            reasons.setdefault(base + int(r), TOO_LARGE)
+    # too-large tokens wrap here, but only in flagged documents, which are never emitted
+    return _Docs(values.astype(np.int64, copy=False), starts, lengths, reasons)
+
+
+def _token_arrays(read: pa.RecordBatch | pa.Table) -> list[pa.Array]:
+    """The token-list column of a read as arrays: one per batch when the documents are long enough
+    to be copied a slice each, else (or when there is one batch) one array."""
+    column = read.column(0)
+    if isinstance(column, pa.Array):
+        return [column]
+    chunks = [chunk for chunk in column.chunks if len(chunk)]
+    if len(chunks) <= 1:
+        return chunks or [column.combine_chunks()]
+    tokens = sum(int(pc.sum(pc.list_value_length(chunk)).as_py() or 0) for chunk in chunks)
+    if tokens + read.num_rows < LOOP_MIN_DOC_TOKENS * read.num_rows:
+        return [pa.concat_arrays(chunks)]
+    return chunks
 
 
 def make_doc_stage(on_error: OnError, counters: Counters) -> Stage:
     """The packing transform stage: token lists to flat int64 arrays, bad documents flagged."""
     forgive = forgiving(on_error)
 
-    def run(batch: pa.RecordBatch) -> DocPayload:
+    def run(read: pa.RecordBatch | pa.Table) -> DocPayload:
         t0 = time.perf_counter_ns()
-        column = batch.column(0)  # a RecordBatch column: one contiguous array
-        lengths = pc.list_value_length(column).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
-        flat = column.flatten()
-        problem = np.asarray(column.is_null().to_numpy(zero_copy_only=False), dtype=bool)
-        ends = np.cumsum(lengths)
-        starts = ends - lengths
-        reasons: dict[int, str] = {int(r): NULL_TOKENS for r in np.flatnonzero(problem)}
-        if flat.null_count:
-            per_row = _per_row(
-                np.asarray(flat.is_null().to_numpy(zero_copy_only=False), dtype=bool), starts, ends
-            )
-            for r in np.flatnonzero(per_row):
-                reasons.setdefault(int(r), NULL_TOKENS)
-        # without nulls the tokens are used in place (fill_null would copy them)
-        values = (flat.fill_null(0) if flat.null_count else flat).to_numpy(zero_copy_only=False)
-        if values.dtype == np.uint64 and values.size and values.max() > INT64_MAX:
-            per_row = _per_row(values > INT64_MAX, starts, ends)
-            for r in np.flatnonzero(per_row):
-                reasons.setdefault(int(r), TOO_LARGE)
-        # too-large tokens wrap here, but only in flagged documents, which are never emitted
-        values = values.astype(np.int64, copy=False)
+        parts: list[_Docs] = []
+        base = 0
+        for array in _token_arrays(read):
+            parts.append(_flatten(array, base))
+            base += len(array)
+        reasons = {row: reason for part in parts for row, reason in part.reasons.items()}
         bad: dict[int, BaseException] = {}
         skipped: set[int] = set()
         dropped: list[Exception] = []
@@ -76,15 +114,21 @@ def make_doc_stage(on_error: OnError, counters: Counters) -> Stage:
                 dropped.append(exc)
             else:
                 bad[row] = exc
-        report_dropped(on_error, dropped, batch.num_rows, "documents whose tokens were invalid", counters)
+        report_dropped(on_error, dropped, read.num_rows, "documents whose tokens were invalid", counters)
         counters.add(transform_ns=time.perf_counter_ns() - t0)
-        return DocPayload(values, starts, lengths, bad or None, skipped or None)
+        values = [part.values for part in parts]
+        if len(parts) == 1:
+            return DocPayload(values, None, parts[0].starts, parts[0].lengths, bad or None, skipped or None)
+        chunk = np.repeat(np.arange(len(parts), dtype=np.int64), [len(part.lengths) for part in parts])
+        starts = np.concatenate([part.starts for part in parts])
+        lengths = np.concatenate([part.lengths for part in parts])
+        return DocPayload(values, chunk, starts, lengths, bad or None, skipped or None)
 
     def combine(parts: list[tuple[int, DocPayload]]) -> DocPayload:
         assert len(parts) == 1, "packing transforms a unit as one slice"
         return parts[0][1]
 
-    return Stage(run, combine, None)
+    return Stage(run, combine, None, one_batch=False)
 
 
 def _per_row(flags: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
@@ -101,37 +145,43 @@ LOOP_MIN_DOC_TOKENS = 256
 @dataclass
 class Fetched:
     """Documents appended to a stream and not yet copied into it: ``sizes[i] - 1``
-    tokens from ``values[lo[i]]``, then EOS; ``ends`` is ``cumsum(sizes)``, and
-    ``positions`` are the documents' split positions."""
+    tokens from ``values[chunk[i]][lo[i]]`` (``values[0]`` when ``chunk`` is ``None``), then EOS;
+    ``ends`` is ``cumsum(sizes)``, and ``positions`` are the documents' split positions."""
 
-    values: np.ndarray
+    values: list[np.ndarray]
     lo: np.ndarray
     sizes: np.ndarray
     ends: np.ndarray
     positions: np.ndarray
     eos: int
+    chunk: np.ndarray | None = None
 
     def copy_into(self, out: np.ndarray) -> None:
         """Write the documents, each followed by EOS, to ``out`` (``ends[-1]`` slots)."""
         eos_at = self.ends - 1
-        if len(out) >= LOOP_MIN_DOC_TOKENS * len(self.sizes):
-            # long documents: documents that lie one after another in `values` (a run of
-            # consecutive rows) are copied by one masked assignment, the rest one slice each
-            values, lo, sizes = self.values, self.lo, self.sizes
-            breaks = np.flatnonzero(lo[1:] != lo[:-1] + sizes[:-1] - 1) + 1
+        values, lo, sizes, chunk = self.values, self.lo, self.sizes, self.chunk
+        if chunk is not None or len(out) >= LOOP_MIN_DOC_TOKENS * len(sizes):
+            # long documents: documents that lie one after another in one batch's values (a run
+            # of consecutive rows) are copied by one masked assignment, the rest one slice each
+            follows = lo[1:] == lo[:-1] + sizes[:-1] - 1
+            if chunk is not None:
+                follows &= chunk[1:] == chunk[:-1]
+            breaks = np.flatnonzero(~follows) + 1
+            batch = itertools.repeat(0) if chunk is None else iter(chunk.tolist())
             if len(breaks) * MIN_RUN_DOCS > len(sizes):  # short runs: a slice a document
-                for first, size, end in zip(lo.tolist(), sizes.tolist(), self.ends.tolist()):
-                    out[end - size : end - 1] = values[first : first + size - 1]
+                for c, first, size, end in zip(batch, lo.tolist(), sizes.tolist(), self.ends.tolist()):
+                    out[end - size : end - 1] = values[c][first : first + size - 1]
             else:
                 bounds = [0, *breaks.tolist(), len(sizes)]
                 for a, b in itertools.pairwise(bounds):
-                    _copy_run(out, values, lo[a:b], sizes[a:b], eos_at[a:b])
-        elif len(self.values):
-            source = np.repeat(self.lo - (self.ends - self.sizes), self.sizes)
+                    c = 0 if chunk is None else int(chunk[a])
+                    _copy_run(out, values[c], lo[a:b], sizes[a:b], eos_at[a:b])
+        elif len(values[0]):
+            source = np.repeat(lo - (self.ends - sizes), sizes)
             source += np.arange(len(out), dtype=np.int64)
             # an EOS slot's index (lo + length) may lie past the end: "clip" keeps it in range
             # (the slot is overwritten below), and "raise" would buffer `out`
-            np.take(self.values, source, out=out, mode="clip")
+            np.take(values[0], source, out=out, mode="clip")
         out[eos_at] = self.eos
 
 

@@ -95,16 +95,23 @@ class SplitStream:
         return len(self.tokens) + self._part_tokens
 
     def append(
-        self, values: np.ndarray, lo: np.ndarray, lengths: np.ndarray, positions: np.ndarray, eos: int
+        self,
+        values: list[np.ndarray],
+        lo: np.ndarray,
+        lengths: np.ndarray,
+        positions: np.ndarray,
+        eos: int,
+        chunk: np.ndarray | None = None,
     ) -> None:
-        """Append documents ``values[lo[i]:lo[i] + lengths[i]]`` in order, each followed by EOS.
+        """Append documents ``values[chunk[i]][lo[i]:lo[i] + lengths[i]]`` (``values[0]`` without
+        ``chunk``) in order, each followed by EOS.
 
         They are copied into the stream when it is next read (``_settle``)."""
         if len(lengths) == 0:
             return
         sizes = lengths + 1
         ends = np.cumsum(sizes)
-        self._parts.append(Fetched(values, lo, sizes, ends, positions.astype(np.int64), eos))
+        self._parts.append(Fetched(values, lo, sizes, ends, positions.astype(np.int64), eos, chunk))
         self._part_tokens += int(ends[-1])
         self.fetched_docs += len(lengths)
         self.fetched_tokens += int(ends[-1])
@@ -256,7 +263,10 @@ class PackFeed:
                 rows, positions = rows[keep], positions[keep]
             if len(rows) == 0:
                 continue
-            stream.append(payload.values, payload.starts[rows], payload.lengths[rows], positions, self.eos)
+            chunk = None if payload.chunk is None else payload.chunk[rows]
+            stream.append(
+                payload.values, payload.starts[rows], payload.lengths[rows], positions, self.eos, chunk
+            )
             added += len(rows)
         self.counters.add(ready_rows=added)
 

@@ -10,13 +10,15 @@ path) are compared with the executable spec in packing/test_pipe_packing.py.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pyarrow as pa
 import pytest
 from hypothesis import given, strategies as st
 
 from elastic_loader._pipeline import _fetch, _packing
-from elastic_loader._pipeline._documents import LOOP_MIN_DOC_TOKENS, Fetched
+from elastic_loader._pipeline._documents import LOOP_MIN_DOC_TOKENS, DocPayload, Fetched, make_doc_stage
 
 EOS, PAD = -1, -2
 
@@ -28,7 +30,7 @@ def _fetched(docs: list[list[int]], picks: list[int]) -> Fetched:
     values = np.array([t for d in docs for t in d], dtype=np.int64)
     sizes = lengths[picks] + 1
     positions = np.arange(len(picks), dtype=np.int64)
-    return Fetched(values, offsets[:-1][picks], sizes, np.cumsum(sizes), positions, EOS)
+    return Fetched([values], offsets[:-1][picks], sizes, np.cumsum(sizes), positions, EOS)
 
 
 def _expected(docs: list[list[int]], picks: list[int]) -> list[int]:
@@ -87,6 +89,73 @@ def test_runs_of_consecutive_rows_are_copied_as_runs(runs: list[range]) -> None:
     out = np.full(int(part.ends[-1]), 7, dtype=np.int64)
     part.copy_into(out)
     assert out.tolist() == _expected(docs, picks)
+
+
+@st.composite
+def batched(draw: st.DrawFn) -> tuple[list[list[int]], list[int], list[int]]:
+    """Documents, picks, and the cuts that split the documents into the read's batches."""
+    docs, picks = draw(batches())
+    cuts = sorted(draw(st.lists(st.integers(1, max(1, len(docs) - 1)), max_size=4, unique=True)))
+    return docs, picks, [c for c in cuts if c < len(docs)]
+
+
+@given(batched())
+def test_documents_of_several_batches_are_copied_from_their_own(
+    read: tuple[list[list[int]], list[int], list[int]],
+) -> None:
+    """A read that came in several Arrow batches (range scans) keeps each batch's tokens where they
+    are; every document is copied from its own batch, runs of consecutive rows never across two."""
+    docs, picks, cuts = read
+    bounds = [0, *cuts, len(docs)]
+    values = [
+        np.array([t for d in docs[a:b] for t in d], dtype=np.int64) for a, b in itertools.pairwise(bounds)
+    ]
+    batch = [int(np.searchsorted(bounds, p, side="right")) - 1 for p in picks]
+    lo = [sum(len(d) for d in docs[bounds[b] : p]) for b, p in zip(batch, picks)]
+    sizes = np.array([len(docs[p]) + 1 for p in picks], dtype=np.int64)
+    part = Fetched(
+        values,
+        np.array(lo, dtype=np.int64),
+        sizes,
+        np.cumsum(sizes),
+        np.arange(len(picks), dtype=np.int64),
+        EOS,
+        np.array(batch, dtype=np.int64),
+    )
+    out = np.full(int(part.ends[-1]), 7, dtype=np.int64)
+    part.copy_into(out)
+    assert out.tolist() == _expected(docs, picks)
+
+
+def _payload_docs(payload: DocPayload) -> list[list[int]]:
+    """Each row's tokens, from the payload's arrays."""
+    batch = np.zeros(len(payload.lengths), dtype=np.int64) if payload.chunk is None else payload.chunk
+    return [
+        payload.values[int(c)][int(a) : int(a) + int(n)].tolist()
+        for c, a, n in zip(batch, payload.starts, payload.lengths)
+    ]
+
+
+@pytest.mark.parametrize("length", [3, 2 * LOOP_MIN_DOC_TOKENS])
+def test_the_document_stage_reads_a_read_of_several_batches_as_one(length: int) -> None:
+    """Long documents in several batches keep an array per batch, short ones are joined into one;
+    either way each row's tokens and the rows flagged (a null list, a null token) are those of the
+    same rows in one batch."""
+    lists: list[list[int | None] | None] = [[100 * i + j for j in range(length + i)] for i in range(9)]
+    lists[2] = None
+    lists[6] = [*range(length), None]
+    kind = pa.large_list(pa.int64())
+    cut = [lists[0:4], lists[4:5], lists[5:9]]
+    several = pa.Table.from_batches([pa.record_batch({"tokens": pa.array(part, kind)}) for part in cut])
+    one = pa.Table.from_batches([pa.record_batch({"tokens": pa.array(lists, kind)})])
+    stage = make_doc_stage("skip", _packing.Counters())
+    got, want = stage.run(several), stage.run(one)
+    assert len(got.values) == (3 if length > LOOP_MIN_DOC_TOKENS else 1)
+    assert got.skipped == want.skipped == {2, 6}
+    assert got.bad is None and want.bad is None
+    keep = [r for r in range(9) if r not in {2, 6}]
+    docs_got, docs_want = _payload_docs(got), _payload_docs(want)
+    assert [docs_got[r] for r in keep] == [docs_want[r] for r in keep] == [lists[r] for r in keep]
 
 
 def test_a_batch_of_empty_documents_is_all_eos() -> None:

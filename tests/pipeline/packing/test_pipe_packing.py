@@ -471,7 +471,7 @@ def test_a_packed_chunk_reports_the_old_progress_until_its_first_block() -> None
         lengths = np.array([2, 0, 3], dtype=np.int64)
         values = np.arange(10 * i, 10 * i + int(lengths.sum()), dtype=np.int64)
         starts = np.cumsum(lengths) - lengths
-        stream.append(values, starts, lengths, np.array([5, 6, 8], dtype=np.int64), EOS)
+        stream.append([values], starts, lengths, np.array([5, 6, 8], dtype=np.int64), EOS)
     progress = PackCursor(streams)
     before = listed(progress.current())
     assert before == [(3, 2, [7, 8], [0]), (1, 2, [], [])]
@@ -493,7 +493,7 @@ def _stream_with_fetched_documents(buffer: list[int]) -> SplitStream:
     stream = SplitStream(buffer, [0], consumed=4, emitted=1)
     lengths = np.array([3, 5], dtype=np.int64)
     values = np.arange(100, 100 + int(lengths.sum()), dtype=np.int64)
-    stream.append(values, np.cumsum(lengths) - lengths, lengths, np.array([4, 6], dtype=np.int64), EOS)
+    stream.append([values], np.cumsum(lengths) - lengths, lengths, np.array([4, 6], dtype=np.int64), EOS)
     return stream
 
 

@@ -43,53 +43,56 @@ class DocPayload:
     skipped: set[int] | None  # rows dropped
 
 
-@dataclass
-class _Docs:
-    """One Arrow array of token lists as flat tokens, with each row's start and length and the
-    reasons rows are invalid (rows counted from ``base``)."""
-
-    values: np.ndarray
-    starts: np.ndarray
-    lengths: np.ndarray
-    reasons: dict[int, str]
-
-
-def _flatten(column: pa.Array, base: int) -> _Docs:
+def _token_arrays(read: pa.RecordBatch | pa.Table) -> tuple[list[pa.Array], np.ndarray]:
+    """The token-list column of a read as arrays, with every row's length (null lists 0): one
+    array per batch when the documents are long enough to be copied a slice each, else (or when
+    there is one batch) one array."""
+    column = read.column(0)
     lengths = pc.list_value_length(column).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
-    flat = column.flatten()
+    if isinstance(column, pa.Array):
+        return [column], lengths
+    arrays = [array for array in column.chunks if len(array)] or [column.combine_chunks()]
+    if len(arrays) > 1 and int(lengths.sum()) + len(lengths) < LOOP_MIN_DOC_TOKENS * len(lengths):
+        arrays = [pa.concat_arrays(arrays)]
+    return arrays, lengths
+
+
+def _flagged(column: pa.Array | pa.ChunkedArray) -> dict[int, str]:
+    """Rows whose token list is null."""
+    if not column.null_count:
+        return {}
     problem = np.asarray(column.is_null().to_numpy(zero_copy_only=False), dtype=bool)
-    ends = np.cumsum(lengths)
-    starts = ends - lengths
-    reasons: dict[int, str] = {base + int(r): NULL_TOKENS for r in np.flatnonzero(problem)}
+    return {int(r): NULL_TOKENS for r in np.flatnonzero(problem)}
+
+
+def _values(
+    array: pa.Array, lengths: np.ndarray, first: int, reasons: dict[int, str]
+) -> tuple[np.ndarray, np.ndarray]:
+    """The tokens of ``array`` (rows ``first`` on) as ``int64`` values in place (a list array's
+    child, uncopied) and each row's start in them; rows with a null token or one too large for
+    ``int64`` are added to ``reasons``."""
+    if pa.types.is_fixed_size_list(array.type):  # no offsets: its values without null lists
+        flat = array.flatten()
+        starts = np.cumsum(lengths) - lengths
+    else:  # the child as it is, uncopied (a null list's length is 0 whatever its offsets)
+        flat = array.values
+        starts = array.offsets.to_numpy(zero_copy_only=False)[:-1].astype(np.int64)
+    ends = starts + lengths
     if flat.null_count:
         per_row = _per_row(
             np.asarray(flat.is_null().to_numpy(zero_copy_only=False), dtype=bool), starts, ends
         )
         for r in np.flatnonzero(per_row):
-            reasons.setdefault(base + int(r), NULL_TOKENS)
+            reasons.setdefault(first + int(r), NULL_TOKENS)
     # without nulls the tokens are used in place (fill_null would copy them)
     values = (flat.fill_null(0) if flat.null_count else flat).to_numpy(zero_copy_only=False)
     if values.dtype == np.uint64 and values.size and values.max() > INT64_MAX:
         per_row = _per_row(values > INT64_MAX, starts, ends)
         for r in np.flatnonzero(per_row):
-            reasons.setdefault(base + int(r), TOO_LARGE)
+            reasons.setdefault(first + int(r), TOO_LARGE)
     # too-large tokens wrap here, but only in flagged documents, which are never emitted
-    return _Docs(values.astype(np.int64, copy=False), starts, lengths, reasons)
-
-
-def _token_arrays(read: pa.RecordBatch | pa.Table) -> list[pa.Array]:
-    """The token-list column of a read as arrays: one per batch when the documents are long enough
-    to be copied a slice each, else (or when there is one batch) one array."""
-    column = read.column(0)
-    if isinstance(column, pa.Array):
-        return [column]
-    chunks = [chunk for chunk in column.chunks if len(chunk)]
-    if len(chunks) <= 1:
-        return chunks or [column.combine_chunks()]
-    tokens = sum(int(pc.sum(pc.list_value_length(chunk)).as_py() or 0) for chunk in chunks)
-    if tokens + read.num_rows < LOOP_MIN_DOC_TOKENS * read.num_rows:
-        return [pa.concat_arrays(chunks)]
-    return chunks
+    tokens: np.ndarray = values.astype(np.int64, copy=False)
+    return tokens, starts
 
 
 def make_doc_stage(on_error: OnError, counters: Counters) -> Stage:
@@ -98,12 +101,17 @@ def make_doc_stage(on_error: OnError, counters: Counters) -> Stage:
 
     def run(read: pa.RecordBatch | pa.Table) -> DocPayload:
         t0 = time.perf_counter_ns()
-        parts: list[_Docs] = []
-        base = 0
-        for array in _token_arrays(read):
-            parts.append(_flatten(array, base))
-            base += len(array)
-        reasons = {row: reason for part in parts for row, reason in part.reasons.items()}
+        arrays, lengths = _token_arrays(read)
+        reasons = _flagged(read.column(0))
+        first = np.cumsum([0, *(len(array) for array in arrays)])
+        values, starts = [], []
+        for array, a, b in zip(arrays, first[:-1].tolist(), first[1:].tolist()):
+            tokens, at = _values(array, lengths[a:b], a, reasons)
+            values.append(tokens)
+            starts.append(at)
+        chunk = None
+        if len(arrays) > 1:
+            chunk = np.repeat(np.arange(len(arrays), dtype=np.int64), np.diff(first))
         bad: dict[int, BaseException] = {}
         skipped: set[int] = set()
         dropped: list[Exception] = []
@@ -116,13 +124,8 @@ def make_doc_stage(on_error: OnError, counters: Counters) -> Stage:
                 bad[row] = exc
         report_dropped(on_error, dropped, read.num_rows, "documents whose tokens were invalid", counters)
         counters.add(transform_ns=time.perf_counter_ns() - t0)
-        values = [part.values for part in parts]
-        if len(parts) == 1:
-            return DocPayload(values, None, parts[0].starts, parts[0].lengths, bad or None, skipped or None)
-        chunk = np.repeat(np.arange(len(parts), dtype=np.int64), [len(part.lengths) for part in parts])
-        starts = np.concatenate([part.starts for part in parts])
-        lengths = np.concatenate([part.lengths for part in parts])
-        return DocPayload(values, chunk, starts, lengths, bad or None, skipped or None)
+        row_starts = starts[0] if len(starts) == 1 else np.concatenate(starts)
+        return DocPayload(values, chunk, row_starts, lengths, bad or None, skipped or None)
 
     def combine(parts: list[tuple[int, DocPayload]]) -> DocPayload:
         assert len(parts) == 1, "packing transforms a unit as one slice"

@@ -137,25 +137,38 @@ def _payload_docs(payload: DocPayload) -> list[list[int]]:
 
 
 @pytest.mark.parametrize("length", [3, 2 * LOOP_MIN_DOC_TOKENS])
-def test_the_document_stage_reads_a_read_of_several_batches_as_one(length: int) -> None:
+@pytest.mark.parametrize("kind", [pa.list_(pa.int64()), pa.large_list(pa.int64()), pa.list_(pa.uint64())])
+def test_the_document_stage_reads_a_read_of_several_batches_as_one(length: int, kind: pa.DataType) -> None:
     """Long documents in several batches keep an array per batch, short ones are joined into one;
-    either way each row's tokens and the rows flagged (a null list, a null token) are those of the
-    same rows in one batch."""
-    lists: list[list[int | None] | None] = [[100 * i + j for j in range(length + i)] for i in range(9)]
-    lists[2] = None
+    either way each row's tokens and the rows flagged (a null list whose offsets span tokens, a null
+    token, a token too large for int64 where the type allows one) are those of the same rows in one
+    batch. The batches are slices of one array, as a scan's may be."""
+    lists: list[list[int | None]] = [[100 * i + j for j in range(length + i)] for i in range(10)]
     lists[6] = [*range(length), None]
-    kind = pa.large_list(pa.int64())
-    cut = [lists[0:4], lists[4:5], lists[5:9]]
-    several = pa.Table.from_batches([pa.record_batch({"tokens": pa.array(part, kind)}) for part in cut])
-    one = pa.Table.from_batches([pa.record_batch({"tokens": pa.array(lists, kind)})])
+    if pa.types.is_unsigned_integer(kind.value_type):
+        lists[8] = [2**64 - 1]
+    offsets = np.cumsum([0, *(len(x) for x in lists)])
+    null_list = np.zeros(len(lists), dtype=bool)
+    null_list[2] = True  # its offsets still span its tokens
+    large = pa.types.is_large_list(kind)
+    whole = (pa.LargeListArray if large else pa.ListArray).from_arrays(
+        pa.array(offsets, pa.int64() if large else pa.int32()),
+        pa.array([t for x in lists for t in x], kind.value_type),
+        mask=pa.array(null_list),
+    )
+    whole = whole.slice(1)  # the read starts at the array's second row
+    cuts = [(0, 3), (3, 1), (4, 5)]
+    several = pa.Table.from_batches([pa.record_batch({"tokens": whole.slice(a, n)}) for a, n in cuts])
+    one = pa.Table.from_batches([pa.record_batch({"tokens": whole})])
     stage = make_doc_stage("skip", _packing.Counters())
     got, want = stage.run(several), stage.run(one)
     assert len(got.values) == (3 if length > LOOP_MIN_DOC_TOKENS else 1)
-    assert got.skipped == want.skipped == {2, 6}
+    flagged = {1, 5} | ({7} if pa.types.is_unsigned_integer(kind.value_type) else set())
+    assert got.skipped == want.skipped == flagged
     assert got.bad is None and want.bad is None
-    keep = [r for r in range(9) if r not in {2, 6}]
+    keep = [r for r in range(9) if r not in flagged]
     docs_got, docs_want = _payload_docs(got), _payload_docs(want)
-    assert [docs_got[r] for r in keep] == [docs_want[r] for r in keep] == [lists[r] for r in keep]
+    assert [docs_got[r] for r in keep] == [docs_want[r] for r in keep] == [lists[r + 1] for r in keep]
 
 
 def test_a_batch_of_empty_documents_is_all_eos() -> None:

@@ -286,31 +286,31 @@ def test_packing_follows_the_spec(tmp_path: Path, reads: str, request: pytest.Fi
     assert scanned is None or sum(scanned) >= docs  # the clumps of 40 were read by range scans
 
 
-@pytest.mark.parametrize("window", [1, 2])
+@pytest.mark.parametrize(("window", "fixed"), [(1, False), (2, False), (2, True)])
 def test_long_documents_read_by_range_scans_pack_as_the_spec(
-    tmp_path: Path, range_scans: list[int], window: int
+    tmp_path: Path, range_scans: list[int], window: int, fixed: bool
 ) -> None:
     """Long documents (``LOOP_MIN_DOC_TOKENS`` or more on average) read by range scans come in
     several Arrow batches a read, kept apart and copied once into the streams (runs of consecutive
     rows with ``window=1``, a slice a document with ``window=2``): the blocks are the spec's, and so
     are the rest after a resume from a checkpoint taken mid-epoch."""
     docs = 600
-    tokens = [[100_000 * i + j for j in range(200 + (37 * i) % 300)] for i in range(docs)]
+    tokens = [[100_000 * i + j for j in range(300 if fixed else 200 + (37 * i) % 300)] for i in range(docs)]
+    kind = pa.list_(pa.int64(), 300) if fixed else pa.list_(pa.int64())  # fixed: a fixed-size list column
     db = lancedb.connect(str(tmp_path))
     table = db.create_table(
-        "docs",
-        pa.table({"id": pa.array(range(docs), pa.int64()), "tokens": pa.array(tokens, pa.list_(pa.int64()))}),
+        "docs", pa.table({"id": pa.array(range(docs), pa.int64()), "tokens": pa.array(tokens, kind)})
     )
     corpus = {i: tuple(tokens[i]) for i in range(docs)}
-    kind, budget = LocalShuffle(clump=40, window=window), 3 * 150
-    splits = expected_splits(table, kind, 3, seed=2)
+    order, budget = LocalShuffle(clump=40, window=window), 3 * 150
+    splits = expected_splits(table, order, 3, seed=2)
     config = PackingConfig(512, -1, -2, budget)
     model = iterate_packed(
         as_perm(splits), corpus, Faults(), (0, 1, 2), config, PackedState((0,) * 3, (0,) * 3, {})
     )
     expected = [b.input_ids for b in model.blocks]
     options: dict[str, Any] = dict(
-        num_splits=3, shuffle_seed=2, permutation=kind, columns=["tokens"], pack_sequences=512,
+        num_splits=3, shuffle_seed=2, permutation=order, columns=["tokens"], pack_sequences=512,
         eos_id=-1, pad_id=-2, blocks_per_epoch=budget,
     )  # fmt: skip
     ds = StreamingDataset(table, **options)

@@ -52,7 +52,7 @@ def _token_arrays(read: pa.RecordBatch | pa.Table) -> tuple[list[pa.Array], np.n
     if isinstance(column, pa.Array):
         return [column], lengths
     arrays = [array for array in column.chunks if len(array)] or [column.combine_chunks()]
-    if len(arrays) > 1 and int(lengths.sum()) + len(lengths) < LOOP_MIN_DOC_TOKENS * len(lengths):
+    if len(arrays) > 1 and not _long_documents(int(lengths.sum()) + len(lengths), len(lengths)):
         arrays = [pa.concat_arrays(arrays)]
     return arrays, lengths
 
@@ -145,6 +145,12 @@ LOOP_MIN_DOC_TOKENS = 256
 """Mean document size (EOS included) from which documents are copied one slice each."""
 
 
+def _long_documents(slots: int, docs: int) -> bool:
+    """Whether ``docs`` documents filling ``slots`` tokens (EOS included) are long: copied a slice
+    each (or a run at a time), and kept in their read's batches."""
+    return slots >= LOOP_MIN_DOC_TOKENS * docs
+
+
 @dataclass
 class Fetched:
     """Documents appended to a stream and not yet copied into it: ``sizes[i] - 1``
@@ -163,15 +169,15 @@ class Fetched:
         """Write the documents, each followed by EOS, to ``out`` (``ends[-1]`` slots)."""
         eos_at = self.ends - 1
         values, lo, sizes, chunk = self.values, self.lo, self.sizes, self.chunk
-        if chunk is not None or len(out) >= LOOP_MIN_DOC_TOKENS * len(sizes):
+        if chunk is not None or _long_documents(len(out), len(sizes)):
             # long documents: documents that lie one after another in one batch's values (a run
             # of consecutive rows) are copied by one masked assignment, the rest one slice each
             follows = lo[1:] == lo[:-1] + sizes[:-1] - 1
             if chunk is not None:
                 follows &= chunk[1:] == chunk[:-1]
             breaks = np.flatnonzero(~follows) + 1
-            batch = itertools.repeat(0) if chunk is None else iter(chunk.tolist())
             if len(breaks) * MIN_RUN_DOCS > len(sizes):  # short runs: a slice a document
+                batch = itertools.repeat(0) if chunk is None else chunk.tolist()
                 for c, first, size, end in zip(batch, lo.tolist(), sizes.tolist(), self.ends.tolist()):
                     out[end - size : end - 1] = values[c][first : first + size - 1]
             else:

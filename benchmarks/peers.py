@@ -3,7 +3,7 @@
 Usage (``make bench-peers`` installs the peers first)::
 
     .venv/bin/python benchmarks/peers.py [--rows 2000000] [--docs 200000] [--rounds 3]
-        [--large] [--only NAME,...] [--skip NAME,...] [--no-packing] [--fresh [--warm N]]
+        [--large] [--only NAME,...] [--skip NAME,...] [--no-packing] [--fresh [--warm N] [--prescan COLUMN]]
         [--save | --json PATH]
 
 Rules:
@@ -36,6 +36,11 @@ Rules:
   epochs before the timed one): the timed pass then runs on a heap, thread pools and caches the
   loader has already set up, as every epoch after a training run's first does; without
   ``--warm`` the timed pass is the process's first.
+* ``--fresh --prescan COLUMN``: each new process first reads COLUMN of the table once by a
+  streamed Lance scan (untimed, nothing kept), before any pass: what a process has read before
+  its first pass changes that pass (its heap is already grown; benchmarks/README.md, "A
+  process's first pass and the passes after it"). With ``--fresh`` the results also record each
+  timed pass's minor page faults and system seconds (``getrusage`` around the pass).
 * Results go to ``benchmarks/peers.local.json`` (git-ignored) or, with ``--save``, the
   committed ``benchmarks/peers.json``; both record the environment (``meta.py``).
 """
@@ -45,6 +50,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -100,6 +106,8 @@ def in_new_processes(workload: str, args: argparse.Namespace) -> Timed:
         if args.builder_rows is not None:
             command += ["--builder-rows", str(args.builder_rows)]
         command += ["--warm", str(args.warm)]
+        if args.prescan:
+            command += ["--prescan", args.prescan]
         done = subprocess.run(command, check=True, capture_output=True, text=True)
         summary: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
         return summary["items"], summary["seconds"], summary
@@ -111,11 +119,16 @@ def measure(names: Sequence[str], rounds: int, timed: Timed, on_first: Callable[
     """Seconds and items/s of every run over interleaved rounds; ``on_first`` sees each first result."""
     samples: dict[str, list[float]] = {name: [] for name in names}
     counts: dict[str, list[int]] = {name: [] for name in names}
+    faults: dict[str, list[int]] = {}
+    system: dict[str, list[float]] = {}
     for r in range(rounds):
         for name in names:
             items, seconds, result = timed(name)
             samples[name].append(items / seconds)
             counts[name].append(items)
+            if isinstance(result, dict) and "minor_faults" in result:
+                faults.setdefault(name, []).append(result["minor_faults"])
+                system.setdefault(name, []).append(result["system_s"])
             print(
                 f"  round {r + 1}/{rounds} {name:30s} {items / seconds:>14,.0f} items/s ({seconds:.2f} s)",
                 flush=True,
@@ -123,10 +136,14 @@ def measure(names: Sequence[str], rounds: int, timed: Timed, on_first: Callable[
             if r == 0:
                 on_first(name, result)
             del result
-    return {
+    out: dict[str, dict[str, Any]] = {
         name: {"items_per_s": statistics.median(v), "rounds_items_per_s": v, "rounds_items": counts[name]}
         for name, v in samples.items()
     }
+    for name in faults:  # --fresh: what the timed pass cost its process (getrusage around it)
+        out[name]["rounds_minor_faults"] = faults[name]
+        out[name]["rounds_system_s"] = system[name]
+    return out
 
 
 def select(loaders: Sequence[pw.Loader], only: set[str], skip: set[str]) -> tuple[list[pw.Loader], dict]:
@@ -214,6 +231,12 @@ def packing_workload(args: argparse.Namespace) -> dict:
     }
 
 
+def prescan(table: Any, column: str) -> None:
+    """Read ``column`` of ``table`` once by a streamed Lance scan, keeping nothing (``--prescan``)."""
+    for batch in table.to_lance().to_batches(columns=[column]):
+        del batch
+
+
 def one(what: str, args: argparse.Namespace) -> dict[str, Any]:
     """The body of ``--one WORKLOAD/NAME``: one timed run of one loader, and its summary."""
     workload, name = what.split("/")
@@ -224,12 +247,22 @@ def one(what: str, args: argparse.Namespace) -> dict[str, Any]:
         spec = pw.token_spec(args.docs)
         loader = {x.name: x for x in pw.TOKEN_LOADERS}[name]
         run = loader.make(w.token_table(spec), spec)
+    if args.prescan:
+        table = w.rows_table(args.rows) if workload == "rows" else w.token_table(spec)
+        prescan(table, args.prescan)
     for _ in range(args.warm):
         run()
+    before = resource.getrusage(resource.RUSAGE_SELF)
     t0 = time.perf_counter()
     result = run()
     seconds = time.perf_counter() - t0
-    out: dict[str, Any] = {"items": _items(result), "seconds": seconds}
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    out: dict[str, Any] = {
+        "items": _items(result),
+        "seconds": seconds,
+        "minor_faults": after.ru_minflt - before.ru_minflt,
+        "system_s": after.ru_stime - before.ru_stime,
+    }
     if workload == "rows":
         out.update(_judge(result, args.rows, _stopped_early(name, args)))
     return out
@@ -293,6 +326,12 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
         default=None,
         help="stop elastic_loader (the default builder permutation) after this many rows, as --mosaic-rows",
     )
+    parser.add_argument(
+        "--prescan",
+        metavar="COLUMN",
+        default=None,
+        help="with --fresh: each new process first reads COLUMN of the table by a streamed scan (untimed)",
+    )
     parser.add_argument("--one", metavar="WORKLOAD/NAME", help=argparse.SUPPRESS)  # a --fresh child
     parser.add_argument("--json", type=Path, default=None, help="write the results here instead")
     parser.add_argument(
@@ -301,6 +340,8 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.warm and not (args.fresh or args.one):
         parser.error("--warm needs --fresh (the untimed passes run in each loader's own process)")
+    if args.prescan and not (args.fresh or args.one):
+        parser.error("--prescan needs --fresh (the scan runs in each loader's own process)")
     large = args.large or os.environ.get("BENCH_LARGE") == "1"
     args.rows = args.rows or (LARGE_ROWS if large else DEFAULT_ROWS)
     return args
@@ -318,6 +359,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         **meta.provenance(),
         "fresh_processes": args.fresh,
         "warm_passes": args.warm,
+        "prescan": args.prescan,
         "rounds": args.rounds,
         "mosaic_rows": args.mosaic_rows,
         "builder_rows": args.builder_rows,

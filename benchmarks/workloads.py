@@ -110,11 +110,11 @@ def total_tokens(table: Any) -> int:
     """The tokens of every document of a token table (no EOS).
 
     Counted once per table version by a streamed scan and kept beside the table
-    (``<name>.tokens.json``), so that a benchmark process does not read the table before its
-    timed pass: reading it whole (``to_arrow()``, 1.1 GB at 200,000 documents) left 0.9 GB
-    resident and made the packed pass that followed in the same process 1.19x slower (more
-    page faults, twice the system time; 5 interleaved rounds of first passes in new processes,
-    2026-12-07), which no peer's pass paid."""
+    (``<name>.tokens.json``), so that a benchmark process reads nothing of the table before its
+    timed pass that a peer's process does not: what a process read before its first pass changes
+    that pass (a streamed scan of the token column made the packed pass after it 1.14-1.30x
+    faster, lance.torch's 1.49x: its heap was already grown; benchmarks/README.md, "A process's
+    first pass and the passes after it")."""
     path = DATA / f"{table.name}.tokens.json"
     version = int(table.version)
     if path.exists():

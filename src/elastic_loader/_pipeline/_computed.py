@@ -98,6 +98,59 @@ def feistel(keys: Sequence[Any] | np.ndarray, half: int, x: np.ndarray, inverse:
     return left
 
 
+TABLE_MAX_HALF = 16
+"""Networks over at most ``2 * TABLE_MAX_HALF`` bits may read each round's function from a table."""
+
+
+LOOKUP_BLOCK = 16_384
+"""Elements :func:`feistel_lookup` maps at a time."""
+
+
+def round_tables(keys: np.ndarray, half: int) -> np.ndarray:
+    """Each round's function of :func:`feistel` as a lookup table, for several key sets at once.
+
+    ``keys`` is ``(rounds, sets)``: column ``w`` holds key set ``w``'s round keys. Row ``i`` of the
+    result maps ``w << half | r`` to ``mix64(r ^ keys[i, w]) & (2**half - 1)`` for every half ``r``.
+    """
+    half_values = np.arange(1 << half, dtype=np.uint64)
+    tables = keys[:, :, None] ^ half_values
+    _mix_into(tables, np.empty_like(tables))
+    tables &= np.uint64((1 << half) - 1)
+    return tables.reshape(keys.shape[0], -1)
+
+
+def feistel_lookup(
+    tables: np.ndarray, half: int, x: np.ndarray, sets: np.ndarray | None, inverse: bool
+) -> np.ndarray:
+    """:func:`feistel` with round ``i``'s function read from ``tables[i]`` (:func:`round_tables`):
+    element ``k`` uses key set ``sets[k]`` (``None``: set 0 for every element). The same values,
+    with a table lookup in place of the eight-step mix: a table of ``2**half`` entries per key set
+    is far smaller than the ``4**half`` values the network covers."""
+    if x.size > LOOKUP_BLOCK:  # blocks whose working arrays stay in a core's cache: 2.6x as fast
+        out = np.empty_like(x)
+        for a in range(0, x.size, LOOKUP_BLOCK):
+            b = a + LOOKUP_BLOCK
+            out[a:b] = feistel_lookup(tables, half, x[a:b], None if sets is None else sets[a:b], inverse)
+        return out
+    shift, mask = np.uint64(half), np.uint64((1 << half) - 1)
+    left, right = x >> shift, x & mask
+    f, at = np.empty_like(x), np.empty_like(x)
+    base = None if sets is None else sets << shift
+    for i in reversed(range(len(tables))) if inverse else range(len(tables)):
+        half_in = left if inverse else right
+        if base is not None:
+            half_in = np.bitwise_or(base, half_in, out=at)
+        np.take(tables[i], half_in.view(np.int64), out=f, mode="clip")  # every index is in range
+        if inverse:
+            right ^= f
+        else:
+            left ^= f
+        left, right = right, left
+    left <<= shift
+    left |= right
+    return left
+
+
 def cycle_walk(
     step: Callable[[np.ndarray, Any], np.ndarray], x: np.ndarray, size: int, full: bool
 ) -> np.ndarray:
@@ -169,12 +222,22 @@ class _Network:
     def __init__(self, keys: tuple[int, ...], half: int) -> None:
         self.keys = tuple(np.uint64(k) for k in keys)
         self.half = half
+        self._tables: np.ndarray | None = None
+
+    def _run(self, x: np.ndarray, inverse: bool) -> np.ndarray:
+        # the tables (8 * 2**half values) pay for themselves once a call maps as many elements;
+        # built on the first such call and kept (at most 4 MiB)
+        if self.half <= TABLE_MAX_HALF and x.size >= 1 << self.half:
+            if self._tables is None:
+                self._tables = round_tables(np.array(self.keys, dtype=np.uint64)[:, None], self.half)
+            return feistel_lookup(self._tables, self.half, x, None, inverse)
+        return feistel(self.keys, self.half, x, inverse)
 
     def encrypt(self, x: np.ndarray, _where: object = None) -> np.ndarray:
-        return feistel(self.keys, self.half, x, inverse=False)
+        return self._run(x, inverse=False)
 
     def decrypt(self, y: np.ndarray, _where: object = None) -> np.ndarray:
-        return feistel(self.keys, self.half, y, inverse=True)
+        return self._run(y, inverse=True)
 
 
 class ComputedPermutation(Parameterized):

@@ -16,6 +16,7 @@ storage positions, in ascending order, then put in the window's order
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,7 @@ import pyarrow as pa
 from ._computed import (
     GAMMA,
     ROUNDS,
+    TABLE_MAX_HALF,
     ComputedPermutation,
     Parameterized,
     ascending,
@@ -31,9 +33,11 @@ from ._computed import (
     check_split_range,
     cycle_walk,
     feistel,
+    feistel_lookup,
     half_width,
     mix_into,
     mix_scalar,
+    round_tables,
 )
 from ._lance import EPOCH_PRIME
 
@@ -68,13 +72,25 @@ def _window_keys(base: int, split: np.ndarray, window: np.ndarray) -> np.ndarray
     return keys
 
 
-def _sigma(keys: np.ndarray, size: int, o: np.ndarray, inverse: bool = False) -> np.ndarray:
-    """The keyed bijection of ``[0, size)``: the network with per-element keys (``keys[i][k]`` for
-    round ``i`` of element ``k``), cycle-walked into ``[0, size)``."""
+def _sigma(
+    keys: np.ndarray, sets: np.ndarray | None, size: int, o: np.ndarray, inverse: bool = False
+) -> np.ndarray:
+    """The keyed bijection of ``[0, size)`` of every element, cycle-walked into ``[0, size)``:
+    element ``k`` uses the round keys ``keys[:, sets[k]]`` (``sets`` ``None``: ``keys[:, k]``).
+    With few key sets the rounds read lookup tables (``round_tables``; the same values)."""
     half = half_width(size)
+    step: Callable[[np.ndarray, Any], np.ndarray]
+    if sets is not None and half <= TABLE_MAX_HALF and keys.shape[1] << half <= o.size:
+        tables, chosen = round_tables(keys, half), sets
 
-    def step(values: np.ndarray, where: Any) -> np.ndarray:
-        return feistel(keys[:, where], half, values, inverse)
+        def step(values: np.ndarray, where: Any) -> np.ndarray:
+            return feistel_lookup(tables, half, values, chosen[where], inverse)
+
+    else:
+        each = keys if sets is None else keys[:, sets]
+
+        def step(values: np.ndarray, where: Any) -> np.ndarray:
+            return feistel(each[:, where], half, values, inverse)
 
     return cycle_walk(step, o, size, size == 1 << (2 * half))
 
@@ -165,9 +181,10 @@ class LocalPermutation(Parameterized):
         cut = _U64(c)
         if i.size and (int(i.max()) < t * c or int(i.min()) >= t * c + r):  # the short clump is not hit
             late = int(i.min()) >= t * c + r
-            base = i - _U64(r) if late else i
-            k = base // cut + _U64(1) if late else base // cut
-            ordered: np.ndarray = self._clump_order(k) * cut + base % cut
+            k, ordered = np.divmod(i - _U64(r) if late else i, cut)
+            if late:
+                k += _U64(1)
+            ordered += self._clump_order(k) * cut
             return ordered
         before, short = i < _U64(t * c), _below(i, t * c + r)
         short &= ~before
@@ -192,7 +209,7 @@ class LocalPermutation(Parameterized):
         if high - low + 1 >= k.size:
             return self._clumps.apply(k)
         span = self._clumps.apply(np.arange(high - low + 1, dtype=_U64) + _U64(low))
-        out: np.ndarray = span[k - _U64(low)]
+        out: np.ndarray = span.take((k - _U64(low)).view(np.int64))
         return out
 
     def sequence_inverse(self, positions: np.ndarray) -> np.ndarray:
@@ -210,18 +227,18 @@ class LocalPermutation(Parameterized):
 
     # ------------------------------------------------------------ windows
 
-    def _keys(self, split: np.ndarray, q: np.ndarray) -> np.ndarray:
-        """The window keys of every element: once per window of the span ``min(q) .. max(q)`` when
-        every element is of one split and the span is short (a range of positions holds ``count / W``
-        windows, each ``W`` times)."""
+    def _keys(self, split: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """The window keys of every element, as ``(keys, sets)`` for :func:`_sigma`: one key set per
+        window of the span ``min(q) .. max(q)`` and each element's set, when every element is of one
+        split and the span is short (a range of positions holds ``count / W`` windows, each ``W``
+        times); otherwise one key set per element (``sets`` ``None``)."""
         if q.size < 2 or not bool(np.all(split == split[0])):
-            return _window_keys(self._base, split, q)
+            return _window_keys(self._base, split, q), None
         low, high = int(q.min()), int(q.max())
         if 2 * (high - low + 1) > q.size:
-            return _window_keys(self._base, split, q)
+            return _window_keys(self._base, split, q), None
         span = np.arange(high - low + 1, dtype=_U64) + _U64(low)
-        keys: np.ndarray = _window_keys(self._base, split[: span.size], span)[:, q - _U64(low)]
-        return keys
+        return _window_keys(self._base, split[: span.size], span), q - _U64(low)
 
     def _offsets(self, split: np.ndarray, j: np.ndarray, inverse: bool) -> np.ndarray:
         """Split position ``j`` (window ``q``, offset ``o``) -> ``q*W + sigma^{+-1}_{split,q}(o)``."""
@@ -232,19 +249,22 @@ class LocalPermutation(Parameterized):
             q, o = np.zeros_like(j), j.copy()
         else:
             q, o = j // _U64(width), j % _U64(width)
-        keys = self._keys(split, q)
+        keys, sets = self._keys(split, q)
         last = self.window_count - 1
         tail = self.split_len - last * width
         short = (q == _U64(last)) if tail < width else np.zeros(j.shape, dtype=bool)
         if not short.any():
-            out = _sigma(keys, width, o, inverse)
+            out = _sigma(keys, sets, width, o, inverse)
             if width < MAX_SIZE:
                 out += q * _U64(width)
             return out
         out = np.empty_like(j)
         for mask, size in ((~short, width), (short, tail)):
             if mask.any():
-                out[mask] = _sigma(keys[:, mask], size, o[mask], inverse)
+                if sets is None:
+                    out[mask] = _sigma(keys[:, mask], None, size, o[mask], inverse)
+                else:
+                    out[mask] = _sigma(keys, sets[mask], size, o[mask], inverse)
         if width < MAX_SIZE:
             out += q * _U64(width)
         return out

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from elastic_loader._pipeline import _lance
+from elastic_loader._pipeline import _computed, _lance
 from elastic_loader._pipeline._computed import ComputedPermutation, read_positions
 from elastic_loader.spec import computed as spec
 
@@ -72,6 +72,51 @@ def test_positions_match_the_spec_random(n: int, s: int, seed: int, epoch: int, 
     assert ours.positions(split, first, count).tolist() == list(
         spec.computed_positions(model, split, first, count)
     )
+
+
+@given(
+    half=st.integers(1, 12),
+    seed=st.integers(0, 2**64 - 1),
+    sets=st.integers(1, 3),
+    inverse=st.booleans(),
+    block=st.sampled_from([3, 64, _computed.LOOKUP_BLOCK]),
+    data=st.data(),
+)
+@settings(max_examples=80)
+def test_lookup_tables_compute_the_spec_network(
+    half: int, seed: int, sets: int, inverse: bool, block: int, data: st.DataObject
+) -> None:
+    """``feistel_lookup`` over ``round_tables`` is the spec's network with each element's key set,
+    forwards and backwards, in blocks of any size (a table row per key set and half value)."""
+    rng = random.Random(seed)
+    keys = [tuple(rng.getrandbits(64) for _ in range(_computed.ROUNDS)) for _ in range(sets)]
+    n = data.draw(st.integers(0, 300), label="n")
+    x = [rng.randrange(4**half) for _ in range(n)]
+    which = [rng.randrange(sets) for _ in range(n)]
+    tables = _computed.round_tables(np.array(keys, dtype=np.uint64).T, half)
+    old = _computed.LOOKUP_BLOCK
+    _computed.LOOKUP_BLOCK = block
+    try:
+        got = _computed.feistel_lookup(
+            tables, half, np.array(x, dtype=np.uint64), np.array(which, dtype=np.uint64), inverse
+        )
+    finally:
+        _computed.LOOKUP_BLOCK = old
+    network = spec.feistel_decrypt if inverse else spec.feistel_encrypt
+    assert got.tolist() == [network(keys[w], half, v) for w, v in zip(which, x)]
+
+
+@pytest.mark.parametrize("n", [5, 4**7, 4**7 + 3, 10**6])
+def test_long_runs_use_the_tables_and_match_the_spec(n: int) -> None:
+    """Calls mapping at least ``2**half`` elements read the network from tables: whole ranges, their
+    inverse, and the split each position belongs to, against the spec."""
+    ours, model = ComputedPermutation(n, 3, 7, 2), spec.ComputedPermutation(n, 3, 7, 2)
+    count = min(ours.split_len, 5000)
+    got = ours.positions(1, ours.split_len - count, count)
+    assert got.tolist() == list(spec.computed_positions(model, 1, ours.split_len - count, count))
+    split, at = ours.locate(got)
+    assert split.tolist() == [1] * count
+    assert at.tolist() == list(range(ours.split_len - count, ours.split_len))
 
 
 def test_whole_small_tables_match_the_spec_and_are_permutations() -> None:

@@ -126,6 +126,25 @@ def test_runs_of_large_tables_match_the_spec(n: int, clump: int, window: int) ->
         assert len(starts) <= spec.local_run_bound(model, q)
 
 
+@pytest.mark.parametrize(
+    ("n", "s", "clump", "window"),
+    [(300_007, 3, 1000, 3000), (400_000, 1, 4096, 65536), (100_003, 7, 8, 64)],
+)
+def test_long_ranges_match_the_spec(n: int, s: int, clump: int, window: int) -> None:
+    """Ranges of many windows (the rounds read lookup tables, one per window): a range that ends
+    with the short last window, with cycle-walking where a window is not a power of 4, and their
+    inverse, against the spec."""
+    ours = LocalPermutation(n, s, 5, 1, clump, window)
+    model = spec.LocalPermutation(n, s, 5, 1, clump, window)
+    count = min(ours.split_len, 3 * ours.window_len + 17)
+    first = ours.split_len - count
+    got = ours.positions(s - 1, first, count)
+    assert got.tolist() == list(spec.local_positions(model, s - 1, first, count))
+    where, at = ours.locate(got)
+    assert where.tolist() == [s - 1] * count
+    assert at.tolist() == list(range(first, first + count))
+
+
 def test_degenerate_shape_is_the_computed_permutation() -> None:
     from elastic_loader._pipeline._computed import ComputedPermutation
 

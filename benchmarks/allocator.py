@@ -4,14 +4,17 @@ settings by default; also range scans turned off).
 Usage::
 
     .venv/bin/python benchmarks/allocator.py [--rounds 5] [--docs 200000]
-        [--kinds builder,local_8_64] [--items packing] [--variants default,tuned] [--name NAME] [--save]
+        [--kinds builder,local_8_64] [--items packing] [--variants default,tuned] [--before DIR]
+        [--name NAME] [--save]
 
 Every pass is one ``permutation_read.py --one KIND/ITEM`` in a new Python process, once per
 variant of :data:`VARIANTS`: ``default`` (the environment as it is), ``tuned`` (:data:`TUNED`
 added), ``top_pad`` (only ``MALLOC_TOP_PAD_``: a trimmed heap keeps 64 MiB), ``one_arena``
 (``MALLOC_ARENA_MAX=1``: every thread allocates from the main heap), ``take``
 (``ELASTIC_LOADER_RANGE_SCANS=0``: reads by storage position never use range
-scans, docs/PIPELINE.md); the rounds interleave kinds and variants, so the variants of a kind run
+scans, docs/PIPELINE.md), ``before`` (``PYTHONPATH=DIR`` of ``--before DIR``: the package from
+another source tree, for example ``git archive``'d from an earlier commit: a change measured
+before and after in one run); the rounds interleave kinds and variants, so the variants of a kind run
 minutes apart on the same machine state. glibc's settings must be set before the process starts
 (glibc reads them once), which is why they are a user's choice and not something the package
 sets: they change every allocation of the process, torch's and LanceDB's included.
@@ -55,8 +58,9 @@ VARIANTS: dict[str, dict[str, str]] = {
     "top_pad": {"MALLOC_TOP_PAD_": str(64 << 20)},
     "one_arena": {"MALLOC_ARENA_MAX": "1"},
     "take": {"ELASTIC_LOADER_RANGE_SCANS": "0"},
+    "before": {},
 }
-"""Each variant's additions to the environment."""
+"""Each variant's additions to the environment (``before``: ``PYTHONPATH`` set by ``--before``)."""
 
 
 def one_pass(kind: str, item: str, docs: int, rows: int, variant: str) -> tuple[float, int]:
@@ -117,6 +121,7 @@ def main() -> None:
     parser.add_argument("--kinds", default="builder,local_8_64")
     parser.add_argument("--items", default="packing", help="one of permutation_read.py's items")
     parser.add_argument("--variants", default="default,tuned", help=f"of {', '.join(VARIANTS)}")
+    parser.add_argument("--before", metavar="DIR", help="the source tree of the 'before' variant")
     parser.add_argument("--name", default="allocator", help="results file name (without .json)")
     parser.add_argument("--save", action="store_true")
     args = parser.parse_args()
@@ -124,6 +129,10 @@ def main() -> None:
     import meta
 
     kinds, variants = args.kinds.split(","), args.variants.split(",")
+    if ("before" in variants) != bool(args.before):
+        parser.error("the 'before' variant and --before DIR go together")
+    if args.before:
+        VARIANTS["before"] = {"PYTHONPATH": str(Path(args.before).resolve())}
     results: dict[str, Any] = {**meta.provenance(), "variants": {v: VARIANTS[v] for v in variants}}
     rates: dict[str, dict[str, list[float]]] = {k: {v: [] for v in variants} for k in kinds}
     peaks: dict[str, dict[str, list[int]]] = {k: {v: [] for v in variants} for k in kinds}

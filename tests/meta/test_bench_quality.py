@@ -168,3 +168,31 @@ def test_the_bar_passes_a_global_shuffle_and_fails_each_kind_of_locality() -> No
     clustered = np.concatenate([rest[:middle], head, rest[middle:]])  # the head in one decile
     measures = quality.summary(clustered, n)
     assert measures["abs_corr"] <= 0.01 and measures["adjacent"] <= 0.01 and not quality.passes(measures)
+
+
+_READ_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "permutation_read.py"
+_READ_SPEC = importlib.util.spec_from_file_location("bench_permutation_read", _READ_PATH)
+assert _READ_SPEC is not None and _READ_SPEC.loader is not None
+permutation_read = importlib.util.module_from_spec(_READ_SPEC)
+_READ_SPEC.loader.exec_module(permutation_read)
+
+
+def test_packed_order_by_hand() -> None:
+    """Blocks of 4 tokens. Split 0 reads documents 0, 1, 2 of 1, 1 and 5 tokens (each and its EOS:
+    2, 2, 6 slots, starting at 0, 2, 4: blocks 0, 0, 1); split 1 reads 3, 4 of 3 tokens (starting at
+    0, 4: blocks 0, 1). Cycle 0 delivers split 0's block 0 (0, 1), then split 1's (3); cycle 1
+    split 0's block 1 (2), then split 1's (4)."""
+    lengths = np.array([1, 1, 5, 3, 3])
+    orders = [np.array([0, 1, 2]), np.array([3, 4])]
+    assert permutation_read.packed_order(orders, lengths, 4).tolist() == [0, 1, 3, 2, 4]
+
+
+def test_packed_order_keeps_a_splits_neighbours_together() -> None:
+    """One split in storage order: every document is delivered after its predecessor, whatever the
+    block cuts, so every neighbour pair is adjacent; with two splits of documents of 3 tokens, each
+    with its EOS filling a block, the round robin alternates the splits."""
+    lengths = np.full(12, 3)
+    one = permutation_read.packed_order([np.arange(12)], lengths, 8)
+    assert quality.adjacent(one) == 1.0
+    two = permutation_read.packed_order([np.arange(6), np.arange(6, 12)], np.full(12, 3), 4)
+    assert two.tolist() == [0, 6, 1, 7, 2, 8, 3, 9, 4, 10, 5, 11]

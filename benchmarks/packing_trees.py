@@ -1,0 +1,134 @@
+"""Packed epochs of elastic-loader from several source trees side by side (for example the code an
+issue was filed against and the code now).
+
+Usage::
+
+    .venv/bin/python benchmarks/packing_trees.py --case LABEL=DIR:ORDER [--case ...] [--docs 200000]
+        [--rounds 5] [--name NAME] [--save]
+
+Rules:
+
+* A case is a source tree (``DIR``: a directory holding the ``elastic_loader`` package, for
+  example ``git archive COMMIT src`` unpacked; ``.`` for this checkout's ``src``) and a read
+  order: ``default`` (no ``permutation`` argument, so any tree takes it) or ``C_W``
+  (``permutation=LocalShuffle(C, W)``).
+* A pass is one packed epoch (``pack_sequences=2048``, 8 splits, ``shuffle_seed=0``, ``eos_id=-1``,
+  ``pad_id=-2``, ``blocks_per_epoch`` of the table, iterating the dataset) over
+  ``peer_workloads.token_spec(docs)``'s table, in a new process with ``PYTHONPATH=DIR``, timed from the
+  dataset's construction; tokens/s, padding included.
+* Rounds interleave the cases; the table gives medians and each case's median of per-round ratios
+  to the first case. Results go to ``benchmarks/NAME.local.json`` or, with ``--save``,
+  ``benchmarks/NAME.json`` (default ``packing_trees``), with ``meta.provenance()``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+SPLITS, PACK, MIN_LEN, MAX_LEN = 8, 2048, 128, 2048
+"""``peer_workloads.token_spec``'s table and packing (that module needs a tree with ``LocalShuffle``)."""
+
+
+def one(order: str, docs: int) -> float:
+    """Tokens per second of one packed epoch in this process (the package from ``PYTHONPATH``)."""
+    sys.path.insert(1, str(HERE))
+    import lance  # noqa: F401 (imported before the clock starts, as LanceDB imports it on first use)
+
+    import workloads as w
+    from elastic_loader import StreamingDataset
+
+    w.quiet()
+    spec = w.TokenTable(f"docs_{docs}_{MIN_LEN}_{MAX_LEN}", docs, MIN_LEN, MAX_LEN, PACK)
+    table = w.token_table(spec)
+    options: dict[str, Any] = {}
+    if order != "default":
+        from elastic_loader import LocalShuffle
+
+        clump, window = (int(v) for v in order.split("_"))
+        options["permutation"] = LocalShuffle(clump=clump, window=window)
+    budget = w.blocks_per_epoch(table, spec, SPLITS)
+    t0 = time.perf_counter()
+    ds = StreamingDataset(
+        table,
+        num_splits=SPLITS,
+        shuffle_seed=0,
+        columns=["tokens"],
+        pack_sequences=spec.pack,
+        eos_id=-1,
+        pad_id=-2,
+        blocks_per_epoch=budget,
+        **options,
+    )
+    tokens = sum(int(block["input_ids"].numel()) for block in ds)
+    return tokens / (time.perf_counter() - t0)
+
+
+def run(src: Path, order: str, docs: int) -> float:
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    command = [sys.executable, str(HERE / "packing_trees.py"), "--one", order, "--docs", str(docs)]
+    out = subprocess.run(command, capture_output=True, text=True, env=env, check=True)
+    rate: float = json.loads(out.stdout.strip().splitlines()[-1])["rate"]
+    return rate
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--case", action="append", default=[], metavar="LABEL=DIR:ORDER")
+    parser.add_argument("--docs", type=int, default=200_000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--name", default="packing_trees", help="results file name (without .json)")
+    parser.add_argument("--save", action="store_true")
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps({"rate": one(args.one, args.docs)}))
+        return
+    if not args.case:
+        parser.error("give at least one --case LABEL=DIR:ORDER")
+    cases: dict[str, tuple[Path, str]] = {}
+    for text in args.case:
+        label, _, rest = text.partition("=")
+        where, _, order = rest.rpartition(":")
+        src = (HERE.parent / "src") if where == "." else Path(where).resolve()
+        if not label or not order or not (src / "elastic_loader").is_dir():
+            parser.error(f"--case {text!r}: want LABEL=DIR:ORDER, DIR holding elastic_loader")
+        cases[label] = (src, order)
+    sys.path.insert(0, str(HERE))
+    import meta
+
+    rates: dict[str, list[float]] = {label: [] for label in cases}
+    for round_ in range(args.rounds):
+        for label, (src, order) in cases.items():
+            rates[label].append(run(src, order, args.docs))
+            print(f"round {round_ + 1} {label}: {rates[label][-1]:,.0f} tokens/s", flush=True)
+    first = next(iter(cases))
+    results = {
+        label: {
+            "src": str(src),
+            "order": order,
+            "tokens_per_s": round(statistics.median(rates[label])),
+            "vs_first": round(
+                statistics.median(a / b for a, b in zip(rates[label], rates[first], strict=True)), 3
+            ),
+            "rounds": [round(r) for r in rates[label]],
+        }
+        for label, (src, order) in cases.items()
+    }
+    print(f"\n{args.docs:,} documents, L=2048, medians of {args.rounds} rounds; ratios to {first} by round")
+    for label, entry in results.items():
+        print(f"{label:28s} {entry['tokens_per_s'] / 1e6:8.1f}M tokens/s  {entry['vs_first']:.2f}x")
+    out = {**meta.provenance(), "docs": args.docs, "rounds": args.rounds, "first": first, "cases": results}
+    meta.write(meta.results_path(args.name, args.save), out)
+
+
+if __name__ == "__main__":
+    main()

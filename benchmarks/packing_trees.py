@@ -12,10 +12,10 @@ Rules:
   example ``git archive COMMIT src`` unpacked; ``.`` for this checkout's ``src``) and a read
   order: ``default`` (no ``permutation`` argument, so any tree takes it) or ``C_W``
   (``permutation=LocalShuffle(C, W)``).
-* A pass is one packed epoch (``pack_sequences=2048``, 8 splits, ``shuffle_seed=0``, ``eos_id=-1``,
-  ``pad_id=-2``, ``blocks_per_epoch`` of the table, iterating the dataset) over
-  ``peer_workloads.token_spec(docs)``'s table, in a new process with ``PYTHONPATH=DIR``, timed from the
-  dataset's construction; tokens/s, padding included.
+* A pass is one packed epoch of ``workloads.packed_epoch`` (``pack_sequences=2048``, 8 splits,
+  ``shuffle_seed=0``, ``eos_id=-1``, ``pad_id=-2``, ``blocks_per_epoch`` of the table, iterating the
+  dataset) over ``peer_workloads.token_spec(docs)``'s table, in a new process with
+  ``PYTHONPATH=DIR``, timed from the dataset's construction; tokens/s, padding included.
 * Rounds interleave the cases; the table gives medians and each case's median of per-round ratios
   to the first case. Results go to ``benchmarks/NAME.local.json`` or, with ``--save``,
   ``benchmarks/NAME.json`` (default ``packing_trees``), with ``meta.provenance()``.
@@ -44,7 +44,6 @@ def one(order: str, docs: int) -> float:
     import lance  # noqa: F401 (imported before the clock starts, as LanceDB imports it on first use)
 
     import workloads as w
-    from elastic_loader import StreamingDataset
 
     w.quiet()
     spec = w.TokenTable(f"docs_{docs}_{MIN_LEN}_{MAX_LEN}", docs, MIN_LEN, MAX_LEN, PACK)
@@ -55,20 +54,9 @@ def one(order: str, docs: int) -> float:
 
         clump, window = (int(v) for v in order.split("_"))
         options["permutation"] = LocalShuffle(clump=clump, window=window)
-    budget = w.blocks_per_epoch(table, spec, SPLITS)
+    epoch = w.packed_epoch("elastic_loader", table, spec, num_splits=SPLITS, **options)
     t0 = time.perf_counter()
-    ds = StreamingDataset(
-        table,
-        num_splits=SPLITS,
-        shuffle_seed=0,
-        columns=["tokens"],
-        pack_sequences=spec.pack,
-        eos_id=-1,
-        pad_id=-2,
-        blocks_per_epoch=budget,
-        **options,
-    )
-    tokens = sum(int(block["input_ids"].numel()) for block in ds)
+    tokens = epoch()
     return tokens / (time.perf_counter() - t0)
 
 

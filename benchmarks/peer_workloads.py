@@ -738,6 +738,21 @@ TOKEN_LOADERS = (
         ),
     ),
     Loader(
+        "elastic_local_1024_4096_split1_b64",
+        "elastic-loader pack_sequences=2048, LocalShuffle(clump=1024, window=4096), num_splits=1, (64, 2048) "
+        "packed batches: a document order no worse than litdata's TokensLoader's on every quality measure "
+        "(token_order_quality.py)",
+        None,
+        lambda t, spec: packed_elastic(
+            t,
+            spec,
+            num_splits=1,
+            batch_size=PACKED_BATCH,
+            batch_format="torch",
+            permutation=LocalShuffle(clump=1024, window=4096),
+        ),
+    ),
+    Loader(
         "raw_take_16k",
         "raw random take, 16384 documents per call, Arrow",
         None,

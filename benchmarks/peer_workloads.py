@@ -457,6 +457,14 @@ def packed_elastic(
     return w.packed_epoch("elastic_loader", table, spec, num_splits=num_splits, **options)
 
 
+def packed_batches_one_split(table: Any, spec: w.TokenTable, permutation: Any) -> Callable[[], int]:
+    """``packed_elastic`` over one split in ``permutation``'s order, through ``StreamingDataLoader``'s
+    packed batches: a ``(PACKED_BATCH, L)`` pair of ``input_ids`` and ``doc_ids`` tensors a step."""
+    return packed_elastic(
+        table, spec, num_splits=1, batch_size=PACKED_BATCH, batch_format="torch", permutation=permutation
+    )
+
+
 def raw_take_tokens(table: Any) -> Callable[[], int]:
     return w.raw_tokens(table, chunk=TAKE_CHUNK)
 
@@ -728,14 +736,7 @@ TOKEN_LOADERS = (
         "StreamingDataLoader(batch_size=64, batch_format='torch'): (64, 2048) input_ids and doc_ids "
         "tensors a step, every step's checkpoint committed",
         None,
-        lambda t, spec: packed_elastic(
-            t,
-            spec,
-            num_splits=1,
-            batch_size=PACKED_BATCH,
-            batch_format="torch",
-            permutation=LocalShuffle(clump=256, window=1),
-        ),
+        lambda t, spec: packed_batches_one_split(t, spec, LocalShuffle(clump=256, window=1)),
     ),
     Loader(
         "elastic_local_1024_4096_split1_b64",
@@ -743,14 +744,7 @@ TOKEN_LOADERS = (
         "packed batches: a document order no worse than litdata's TokensLoader's on every quality measure "
         "(token_order_quality.py)",
         None,
-        lambda t, spec: packed_elastic(
-            t,
-            spec,
-            num_splits=1,
-            batch_size=PACKED_BATCH,
-            batch_format="torch",
-            permutation=LocalShuffle(clump=1024, window=4096),
-        ),
+        lambda t, spec: packed_batches_one_split(t, spec, LocalShuffle(clump=1024, window=4096)),
     ),
     Loader(
         "raw_take_16k",

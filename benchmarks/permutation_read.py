@@ -183,25 +183,10 @@ def _packing_runs(docs: int, kinds: tuple[str, ...] = PACK_KINDS) -> tuple[dict[
 def order_quality(kind: str, num_rows: int) -> dict[str, float]:
     """The quality of a permutation's read order (every split round robin), from the order itself."""
     import quality
-    from elastic_loader._pipeline._computed import ComputedPermutation
-    from elastic_loader._pipeline._local import LocalPermutation
 
-    perm: Any
     if kind == "builder":  # LanceDB's global shuffle: a seeded random order stands for it
-        order = np.random.default_rng(0).permutation(num_rows)
-        return quality.summary(order, num_rows)
-    if kind == "storage":  # shuffle=False: split s is rows [s*m, (s+1)*m), read round robin
-        m = num_rows // SPLITS
-        return quality.summary(np.arange(SPLITS * m).reshape(SPLITS, m).T.reshape(-1), num_rows)
-    if kind == "computed":
-        perm = ComputedPermutation(num_rows, SPLITS, 0, 0)
-    else:
-        from elastic_loader import LocalShuffle
-
-        shape = LocalShuffle() if kind == "local" else permutation(kind)
-        perm = LocalPermutation(num_rows, SPLITS, 0, 0, shape.clump, shape.window)
-    splits = np.stack([perm.positions(s, 0, perm.split_len) for s in range(SPLITS)])
-    return quality.summary(splits.T.reshape(-1).astype(np.int64), num_rows)
+        return quality.summary(np.random.default_rng(0).permutation(num_rows), num_rows)
+    return quality.summary(np.stack(split_orders(kind, num_rows)).T.reshape(-1), num_rows)
 
 
 def split_orders(kind: str, num_rows: int) -> list[np.ndarray]:

@@ -58,18 +58,11 @@ def names(table: Any) -> dict[tuple[int, ...], int]:
 
 
 def ours(table: Any, spec: w.TokenTable, options: dict[str, Any], seed: int) -> Iterator[np.ndarray]:
-    from elastic_loader import StreamingDataLoader, StreamingDataset
+    from elastic_loader import StreamingDataLoader
 
-    ds = StreamingDataset(
-        table,
-        shuffle_seed=seed,
-        columns=["tokens"],
-        pack_sequences=spec.pack,
-        eos_id=pw.EOS,
-        pad_id=-2,
-        blocks_per_epoch=w.blocks_per_epoch(table, spec, options.get("num_splits", pw.NUM_SPLITS)),
-        **options,
-    )
+    splits = options.pop("num_splits", pw.NUM_SPLITS)
+    budget = w.blocks_per_epoch(table, spec, splits)
+    ds = w.packed_dataset("elastic_loader", table, spec, splits, budget, shuffle_seed=seed, **options)
     for batch in StreamingDataLoader(ds, batch_size=pw.PACKED_BATCH, batch_format="torch"):
         yield from batch["input_ids"].numpy()
 

@@ -207,6 +207,30 @@ def rows_epoch(impl: str, table: Any, num_splits: int = 8) -> Callable[[], int]:
     return run
 
 
+def packed_dataset(
+    impl: str,
+    table: Any,
+    spec: TokenTable,
+    num_splits: int,
+    budget: int,
+    shuffle_seed: int = 0,
+    **options: Any,
+) -> Any:
+    """The packed dataset the packing benchmarks read: the token column, ``spec.pack``-token blocks,
+    EOS -1, padding -2, ``budget`` blocks an epoch (``blocks_per_epoch``), ``options`` over them."""
+    return _dataset_class(impl)(
+        table,
+        num_splits=num_splits,
+        shuffle_seed=shuffle_seed,
+        columns=["tokens"],
+        pack_sequences=spec.pack,
+        eos_id=-1,
+        pad_id=-2,
+        blocks_per_epoch=budget,
+        **options,
+    )
+
+
 def packed_epoch(
     impl: str,
     table: Any,
@@ -221,21 +245,10 @@ def packed_epoch(
     included); with ``batch_size``, through the implementation's ``StreamingDataLoader`` (no workers),
     with ``batch_format`` its packed batches (one ``(batch_size, L)`` tensor pair per step), with
     ``num_workers`` its worker processes (the loader's default start method)."""
-    cls = _dataset_class(impl)
     budget = blocks_per_epoch(table, spec, num_splits)
 
     def run() -> int:
-        ds = cls(
-            table,
-            num_splits=num_splits,
-            shuffle_seed=0,
-            columns=["tokens"],
-            pack_sequences=spec.pack,
-            eos_id=-1,
-            pad_id=-2,
-            blocks_per_epoch=budget,
-            **options,
-        )
+        ds = packed_dataset(impl, table, spec, num_splits, budget, **options)
         extra: dict[str, Any] = {} if batch_format is None else {"batch_format": batch_format}
         if num_workers:
             extra["num_workers"] = num_workers

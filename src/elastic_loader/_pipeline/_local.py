@@ -8,12 +8,12 @@ clumps, with the epoch's own round keys; the window shuffles use the same
 Feistel rounds with per-window keys, so a range that crosses windows is one
 vectorised pass: one key set per window of the range and each element's window,
 the rounds then reading lookup tables (``_computed.round_tables``), or a key set
-per element when the elements come from anywhere (``locate``). Nothing grows with the table: an instance holds
-its six parameters and a few derived integers, and pickles as the six
-parameters. Arithmetic that could pass ``2**64`` (``M * C``, ``t * C + r``) is
-rearranged or done on Python ints. A window is read as its runs of contiguous
-storage positions, in ascending order, then put in the window's order
-(:func:`read_window`). This module never imports the spec.
+per element when the elements come from anywhere (``locate``). Nothing grows
+with the table: an instance holds its six parameters and a few derived
+integers, and pickles as the six parameters. Arithmetic that could pass
+``2**64`` (``M * C``, ``t * C + r``) is rearranged or done on Python ints. A
+window is read as its runs of contiguous storage positions, in ascending
+order, then put in the window's order (:func:`read_window`). This module never imports the spec.
 """
 
 from __future__ import annotations

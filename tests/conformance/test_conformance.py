@@ -39,8 +39,10 @@ from elastic_loader.testing.conformance import (
     VECTOR_FAMILIES,
     compare_with_known,
     conformance_settings,
+    reference_results,
     resolve_implementation,
 )
+from elastic_loader.testing.conformance.known_reference import FIXED_IN
 from elastic_loader.testing.machines import CHECKED, NOT_CHECKED
 from elastic_loader.testing.machines.judges import MIXTURE_CHECKED
 
@@ -144,10 +146,25 @@ def test_pipeline_vectors(pipeline_report: ConformanceReport) -> None:
 def test_reference_breaks_exactly_the_pinned_invariants_and_vectors(
     reference_report: ConformanceReport,
 ) -> None:
-    problems = compare_with_known(reference_report, KNOWN_REFERENCE_RESULTS)
+    problems = compare_with_known(reference_report, reference_results())
     assert not problems, "\n\n".join(problems)
     assert reference_report.implementation == REFERENCE
     assert not reference_report.passed
+
+
+def test_reference_results_by_release() -> None:
+    """0.40 is the base pin; a later release loses exactly the cases fixed in it or before, each of
+    which the base pins (so a fix cannot name a case the pin lost)."""
+    assert reference_results((0, 40)) == KNOWN_REFERENCE_RESULTS
+    for release, families in FIXED_IN.items():
+        later = reference_results(release)
+        assert later.invariants == KNOWN_REFERENCE_RESULTS.invariants
+        for family, cases in KNOWN_REFERENCE_RESULTS.vectors.items():
+            fixed = set(families.get(family, {}))
+            assert fixed <= set(cases), (release, family, fixed - set(cases))
+            assert set(later.vectors[family]) == set(cases) - fixed
+        before = (release[0], release[1] - 1)
+        assert set(reference_results(before).vectors["merge"]) >= set(later.vectors["merge"])
 
 
 def test_reference_has_no_mixtures_so_their_invariants_are_not_applicable(

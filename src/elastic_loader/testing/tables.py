@@ -24,6 +24,7 @@ Rules of this module:
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -42,6 +43,9 @@ ID_COLUMN = "id"
 TOKEN_COLUMN = "tokens"
 TOKEN_BASE = 1000
 """Every corpus token is ``>= TOKEN_BASE``, so small or negative ids are free for EOS and padding."""
+
+MAX_NAME = 96
+"""The longest name :class:`TableKey` gives a table (LanceDB 0.41 allows 128 characters)."""
 
 Documents = dict[int, tuple[int, ...] | None]
 """``id`` -> token tuple, ``None`` for a null token list."""
@@ -67,9 +71,17 @@ class TableKey:
 
     @property
     def name(self) -> str:
-        """A table name unique to this key."""
+        """A table name unique to this key, at most ``MAX_NAME`` characters.
+
+        The null ids are spelled out while they fit; a longer list is named by a digest of it
+        (LanceDB 0.41 refuses table names over 128 characters).
+        """
         nulls = "_".join(str(i) for i in sorted(self.null_tokens)) or "none"
-        return f"t{self.rows}_f{self.fragments}_n{nulls}"
+        name = f"t{self.rows}_f{self.fragments}_n{nulls}"
+        if len(name) <= MAX_NAME:
+            return name
+        digest = hashlib.sha256(nulls.encode()).hexdigest()[:32]
+        return f"t{self.rows}_f{self.fragments}_h{digest}"
 
 
 def _chunk(key: TableKey, start: int, stop: int) -> pa.Table:

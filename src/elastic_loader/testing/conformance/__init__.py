@@ -55,6 +55,7 @@ from .known_reference import (
     KnownViolation,
     compare_with_known,
     known_violations,
+    reference_results,
 )
 from .progress import ProgressCallback, ProgressEvent
 from .report import ConformanceReport, InvariantResult, MachineRun, VectorCaseResult, VectorResult
@@ -88,6 +89,7 @@ __all__ = [
     "compare_with_known",
     "conformance_settings",
     "known_violations",
+    "reference_results",
     "resolve_implementation",
     "run_conformance",
 ]

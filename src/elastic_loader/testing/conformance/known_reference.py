@@ -453,7 +453,53 @@ KNOWN_REFERENCE_RESULTS = KnownResults(
         NO_MIXTURES,
     ),
 )
-"""The pinned results of ``lancedb.streaming`` (the installed reference) under :func:`run_conformance`."""
+"""The pinned results of ``lancedb.streaming`` 0.40 under :func:`run_conformance` (later releases:
+:func:`reference_results`)."""
+
+
+FIXED_IN: Mapping[tuple[int, int], Mapping[str, Mapping[str, str]]] = {
+    (0, 41): {
+        "merge": {
+            "error_fingerprints_differ": (
+                "lancedb 0.41 compares perm_fingerprint in a merge when the first state has one"
+            ),
+        },
+        "load": {
+            "error_fingerprint_on_random_split_dataset": (
+                "lancedb 0.41 compares a checkpoint's perm_fingerprint with every dataset's own on load"
+            ),
+        },
+    },
+}
+"""Vector cases a lancedb release no longer fails: release -> family -> case -> what changed.
+
+:data:`KNOWN_REFERENCE_RESULTS` pins lancedb 0.40 (the oldest release the package supports);
+:func:`reference_results` takes these cases out for the release installed."""
+
+
+def installed_release() -> tuple[int, int]:
+    """The installed lancedb's ``(major, minor)`` release."""
+    from importlib.metadata import version
+
+    major, minor = version("lancedb").split(".")[:2]
+    return int(major), int(minor)
+
+
+def reference_results(release: tuple[int, int] | None = None) -> KnownResults:
+    """What ``lancedb.streaming`` of ``release`` (default: the installed one) is pinned to break:
+    :data:`KNOWN_REFERENCE_RESULTS` without the vector cases :data:`FIXED_IN` that release or earlier."""
+    release = installed_release() if release is None else release
+    fixed: dict[str, set[str]] = {}
+    for since, families in FIXED_IN.items():
+        if release >= since:
+            for family, cases in families.items():
+                fixed.setdefault(family, set()).update(cases)
+    base = KNOWN_REFERENCE_RESULTS
+    vectors = {
+        family: {case: why for case, why in cases.items() if case not in fixed.get(family, set())}
+        for family, cases in base.vectors.items()
+    }
+    return KnownResults(invariants=base.invariants, vectors=vectors, not_applicable=base.not_applicable)
 
 
 def known_violations(machine: str, known: KnownResults = KNOWN_REFERENCE_RESULTS) -> dict[str, str]:

@@ -246,13 +246,15 @@ def packed_epoch(
     with ``batch_format`` its packed batches (one ``(batch_size, L)`` tensor pair per step), with
     ``num_workers`` its worker processes (the loader's default start method)."""
     budget = blocks_per_epoch(table, spec, num_splits)
+    _dataset_class(impl)  # imports the package (and torch) before any clock starts, as for every peer
+    loader_cls = _loader_class(impl)
 
     def run() -> int:
         ds = packed_dataset(impl, table, spec, num_splits, budget, **options)
         extra: dict[str, Any] = {} if batch_format is None else {"batch_format": batch_format}
         if num_workers:
             extra["num_workers"] = num_workers
-        items = ds if batch_size is None else _loader_class(impl)(ds, batch_size=batch_size, **extra)
+        items = ds if batch_size is None else loader_cls(ds, batch_size=batch_size, **extra)
         return sum(int(block["input_ids"].numel()) for block in items)
 
     return run

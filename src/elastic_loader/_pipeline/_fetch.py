@@ -34,6 +34,8 @@ Rules:
   LanceDB take of sorted ids has no rows to put back in order, so it is faster. The
   unit's ``where`` then maps each of its positions to its row of the batch,
   and the consumer gathers in unit order (packing does, while it inserts EOS).
+* The first pipeline of a process raises glibc's mmap threshold above a unit's buffers
+  (``_allocator``), so they are not mapped and faulted in afresh for every unit.
 * The consumer thread plans and submits units ("pumps"); pool threads only
   read (stage 1) and transform (stage 2). A unit's slices are transformed in
   parallel and joined in order. A timing hook (tests only) can delay each
@@ -54,6 +56,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from ._allocator import raise_mmap_threshold
 from ._lance import Reader
 from ._stats import Counters
 
@@ -193,6 +196,7 @@ class Pipeline:
         hook: TimingHook | None = None,
         buffered: Callable[[], int] | None = None,
     ) -> None:
+        raise_mmap_threshold()  # once per process: unit-sized buffers stay mapped (``_allocator``)
         self._reader = reader
         self._columns = columns
         self._rows = split_rows

@@ -17,8 +17,9 @@ Rules:
   dataset) over ``peer_workloads.token_spec(docs)``'s table, in a new process with
   ``PYTHONPATH=DIR``, timed from the dataset's construction; tokens/s, padding included.
 * Rounds interleave the cases; the table gives medians and each case's median of per-round ratios
-  to the first case. Results go to ``benchmarks/NAME.local.json`` or, with ``--save``,
-  ``benchmarks/NAME.json`` (default ``packing_trees``), with ``meta.provenance()``.
+  to the first case, and the median pass's minor page faults and system seconds (``getrusage``
+  around the pass) and the process's peak RSS. Results go to ``benchmarks/NAME.local.json`` or,
+  with ``--save``, ``benchmarks/NAME.json`` (default ``packing_trees``), with ``meta.provenance()``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -38,8 +40,9 @@ SPLITS, PACK, MIN_LEN, MAX_LEN = 8, 2048, 128, 2048
 """``peer_workloads.token_spec``'s table and packing (that module needs a tree with ``LocalShuffle``)."""
 
 
-def one(order: str, docs: int) -> float:
-    """Tokens per second of one packed epoch in this process (the package from ``PYTHONPATH``)."""
+def one(order: str, docs: int) -> dict[str, float]:
+    """One packed epoch in this process (the package from ``PYTHONPATH``): tokens per second, and
+    the pass's minor page faults and system seconds, and the process's peak RSS in MiB."""
     sys.path.insert(1, str(HERE))
     import lance  # noqa: F401 (imported before the clock starts, as LanceDB imports it on first use)
 
@@ -55,17 +58,25 @@ def one(order: str, docs: int) -> float:
         clump, window = (int(v) for v in order.split("_"))
         options["permutation"] = LocalShuffle(clump=clump, window=window)
     epoch = w.packed_epoch("elastic_loader", table, spec, num_splits=SPLITS, **options)
+    before = resource.getrusage(resource.RUSAGE_SELF)
     t0 = time.perf_counter()
     tokens = epoch()
-    return tokens / (time.perf_counter() - t0)
+    seconds = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    return {
+        "rate": tokens / seconds,
+        "minor_faults": after.ru_minflt - before.ru_minflt,
+        "system_s": after.ru_stime - before.ru_stime,
+        "peak_rss_mib": after.ru_maxrss / 1024,
+    }
 
 
-def run(src: Path, order: str, docs: int) -> float:
+def run(src: Path, order: str, docs: int) -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": str(src)}
     command = [sys.executable, str(HERE / "packing_trees.py"), "--one", order, "--docs", str(docs)]
     out = subprocess.run(command, capture_output=True, text=True, env=env, check=True)
-    rate: float = json.loads(out.stdout.strip().splitlines()[-1])["rate"]
-    return rate
+    result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
 
 
 def main() -> None:
@@ -78,7 +89,7 @@ def main() -> None:
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        print(json.dumps({"rate": one(args.one, args.docs)}))
+        print(json.dumps(one(args.one, args.docs)))
         return
     if not args.case:
         parser.error("give at least one --case LABEL=DIR:ORDER")
@@ -93,11 +104,12 @@ def main() -> None:
     sys.path.insert(0, str(HERE))
     import meta
 
-    rates: dict[str, list[float]] = {label: [] for label in cases}
+    passes: dict[str, list[dict[str, float]]] = {label: [] for label in cases}
     for round_ in range(args.rounds):
         for label, (src, order) in cases.items():
-            rates[label].append(run(src, order, args.docs))
-            print(f"round {round_ + 1} {label}: {rates[label][-1]:,.0f} tokens/s", flush=True)
+            passes[label].append(run(src, order, args.docs))
+            print(f"round {round_ + 1} {label}: {passes[label][-1]['rate']:,.0f} tokens/s", flush=True)
+    rates = {label: [p["rate"] for p in done] for label, done in passes.items()}
     first = next(iter(cases))
     results = {
         label: {
@@ -108,12 +120,20 @@ def main() -> None:
                 statistics.median(a / b for a, b in zip(rates[label], rates[first], strict=True)), 3
             ),
             "rounds": [round(r) for r in rates[label]],
+            **{
+                f"median_{what}": round(statistics.median(p[what] for p in passes[label]), 2)
+                for what in ("minor_faults", "system_s", "peak_rss_mib")
+            },
         }
         for label, (src, order) in cases.items()
     }
     print(f"\n{args.docs:,} documents, L=2048, medians of {args.rounds} rounds; ratios to {first} by round")
     for label, entry in results.items():
-        print(f"{label:28s} {entry['tokens_per_s'] / 1e6:8.1f}M tokens/s  {entry['vs_first']:.2f}x")
+        print(
+            f"{label:28s} {entry['tokens_per_s'] / 1e6:8.1f}M tokens/s  {entry['vs_first']:.2f}x  "
+            f"faults {entry['median_minor_faults']:,.0f}  system {entry['median_system_s']:.2f} s  "
+            f"peak {entry['median_peak_rss_mib']:,.0f} MiB"
+        )
     out = {**meta.provenance(), "docs": args.docs, "rounds": args.rounds, "first": first, "cases": results}
     meta.write(meta.results_path(args.name, args.save), out)
 

@@ -17,7 +17,8 @@ another source tree, for example ``git archive``'d from an earlier commit: a cha
 before and after in one run); the rounds interleave kinds and variants, so the variants of a kind run
 minutes apart on the same machine state. glibc's settings must be set before the process starts
 (glibc reads them once), which is why they are a user's choice and not something the package
-sets: they change every allocation of the process, torch's and LanceDB's included.
+sets: they change every allocation of the process, torch's and LanceDB's included (the package
+only raises glibc's dynamic mmap threshold, once, by freeing one block: docs/PIPELINE.md).
 
 Why they matter here: a packed epoch allocates its output (every block's ``input_ids`` and
 ``doc_ids``, 16 bytes a token) and LanceDB its read buffers afresh. With glibc's defaults a

@@ -18,7 +18,9 @@ Rules:
   ``PYTHONPATH=DIR``, timed from the dataset's construction; tokens/s, padding included.
 * Rounds interleave the cases; the table gives medians and each case's median of per-round ratios
   to the first case, and the median pass's minor page faults and system seconds (``getrusage``
-  around the pass) and the process's peak RSS. Results go to ``benchmarks/NAME.local.json`` or,
+  around the pass) and the process's peak RSS, the cores the process used during the pass (its CPU
+  seconds over the wall time) and the consumer's share (the iterating thread's CPU seconds over the
+  wall time). Results go to ``benchmarks/NAME.local.json`` or,
   with ``--save``, ``benchmarks/NAME.json`` (default ``packing_trees``), with ``meta.provenance()``.
 """
 
@@ -41,8 +43,9 @@ SPLITS, PACK, MIN_LEN, MAX_LEN = 8, 2048, 128, 2048
 
 
 def one(order: str, docs: int) -> dict[str, float]:
-    """One packed epoch in this process (the package from ``PYTHONPATH``): tokens per second, and
-    the pass's minor page faults and system seconds, and the process's peak RSS in MiB."""
+    """One packed epoch in this process (the package from ``PYTHONPATH``): tokens per second, the
+    pass's minor page faults and system seconds, the process's peak RSS in MiB, the cores it used
+    and the iterating thread's share of the wall time."""
     sys.path.insert(1, str(HERE))
     import lance  # noqa: F401 (imported before the clock starts, as LanceDB imports it on first use)
 
@@ -59,15 +62,20 @@ def one(order: str, docs: int) -> dict[str, float]:
         options["permutation"] = LocalShuffle(clump=clump, window=window)
     epoch = w.packed_epoch("elastic_loader", table, spec, num_splits=SPLITS, **options)
     before = resource.getrusage(resource.RUSAGE_SELF)
+    main0 = time.thread_time()
     t0 = time.perf_counter()
     tokens = epoch()
     seconds = time.perf_counter() - t0
+    main = time.thread_time() - main0
     after = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
     return {
         "rate": tokens / seconds,
         "minor_faults": after.ru_minflt - before.ru_minflt,
         "system_s": after.ru_stime - before.ru_stime,
         "peak_rss_mib": after.ru_maxrss / 1024,
+        "cores_used": cpu / seconds,
+        "consumer_share": main / seconds,
     }
 
 
@@ -122,7 +130,7 @@ def main() -> None:
             "rounds": [round(r) for r in rates[label]],
             **{
                 f"median_{what}": round(statistics.median(p[what] for p in passes[label]), 2)
-                for what in ("minor_faults", "system_s", "peak_rss_mib")
+                for what in ("minor_faults", "system_s", "peak_rss_mib", "cores_used", "consumer_share")
             },
         }
         for label, (src, order) in cases.items()
@@ -132,7 +140,8 @@ def main() -> None:
         print(
             f"{label:28s} {entry['tokens_per_s'] / 1e6:8.1f}M tokens/s  {entry['vs_first']:.2f}x  "
             f"faults {entry['median_minor_faults']:,.0f}  system {entry['median_system_s']:.2f} s  "
-            f"peak {entry['median_peak_rss_mib']:,.0f} MiB"
+            f"peak {entry['median_peak_rss_mib']:,.0f} MiB  cores {entry['median_cores_used']:.2f}  "
+            f"consumer {entry['median_consumer_share']:.0%}"
         )
     out = {**meta.provenance(), "docs": args.docs, "rounds": args.rounds, "first": first, "cases": results}
     meta.write(meta.results_path(args.name, args.save), out)

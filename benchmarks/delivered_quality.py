@@ -9,8 +9,8 @@ Rules:
 
 * A shape ``C_W`` is ``LocalShuffle(clump=C, window=W)`` over ``peer_workloads.token_spec(docs)``'s
   table with ``permutation_read.SPLITS`` splits; for each seed 0 .. N-1 the documents' delivered
-  order is ``permutation_read.packed_order`` of the splits' read orders (no data is read but the
-  documents' lengths), scored by ``quality.summary`` against ``quality.BAR``.
+  order is scored by ``permutation_read.delivered_summary`` (no data is read but the documents'
+  lengths) against ``quality.BAR``.
 * Per shape: the seeds that pass, and the worst value of every bar measure over the seeds.
 * Results go to ``benchmarks/NAME.local.json`` or, with ``--save``, ``benchmarks/NAME.json``
   (default ``delivered_quality``), with ``meta.provenance()``.
@@ -36,15 +36,7 @@ import workloads as w
 
 def shape_quality(shape: str, lengths: np.ndarray, seeds: int) -> dict[str, Any]:
     """The bar over ``seeds`` seeds for one ``C_W`` shape."""
-    from elastic_loader._pipeline._local import LocalPermutation
-
-    clump, window = (int(v) for v in shape.split("_"))
-    docs = len(lengths)
-    scores = []
-    for seed in range(seeds):
-        perm = LocalPermutation(docs, pr.SPLITS, seed, 0, clump, window)
-        orders = [perm.positions(s, 0, perm.split_len).astype(np.int64) for s in range(pr.SPLITS)]
-        scores.append(quality.summary(pr.packed_order(orders, lengths, pw.PACK), docs))
+    scores = [pr.delivered_summary(f"local_{shape}", lengths, seed) for seed in range(seeds)]
     return {
         "passing_seeds": [seed for seed, q in enumerate(scores) if quality.passes(q)],
         "worst": {name: round(max(q[name] for q in scores), 4) for name in quality.BAR},

@@ -49,17 +49,13 @@ def one(order: str, docs: int) -> dict[str, float]:
     sys.path.insert(1, str(HERE))
     import lance  # noqa: F401 (imported before the clock starts, as LanceDB imports it on first use)
 
+    import permutation_read as pr
     import workloads as w
 
     w.quiet()
     spec = w.TokenTable(f"docs_{docs}_{MIN_LEN}_{MAX_LEN}", docs, MIN_LEN, MAX_LEN, PACK)
     table = w.token_table(spec)
-    options: dict[str, Any] = {}
-    if order != "default":
-        from elastic_loader import LocalShuffle
-
-        clump, window = (int(v) for v in order.split("_"))
-        options["permutation"] = LocalShuffle(clump=clump, window=window)
+    options: dict[str, Any] = {} if order == "default" else {"permutation": pr.permutation(f"local_{order}")}
     epoch = w.packed_epoch("elastic_loader", table, spec, num_splits=SPLITS, **options)
     before = resource.getrusage(resource.RUSAGE_SELF)
     main0 = time.thread_time()

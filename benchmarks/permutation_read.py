@@ -189,24 +189,25 @@ def order_quality(kind: str, num_rows: int) -> dict[str, float]:
     return quality.summary(np.stack(split_orders(kind, num_rows)).T.reshape(-1), num_rows)
 
 
-def split_orders(kind: str, num_rows: int) -> list[np.ndarray]:
-    """Every split's documents in the order it reads them (``builder``: a seeded random order cut
-    into ``SPLITS`` contiguous parts stands for LanceDB's shuffle; ``storage``: contiguous ranges)."""
+def split_orders(kind: str, num_rows: int, seed: int = 0) -> list[np.ndarray]:
+    """Every split's documents in the order it reads them at ``shuffle_seed=seed``, epoch 0
+    (``builder``: a random order seeded by ``seed`` cut into ``SPLITS`` contiguous parts stands for
+    LanceDB's shuffle; ``storage``: contiguous ranges)."""
     from elastic_loader._pipeline._computed import ComputedPermutation
     from elastic_loader._pipeline._local import LocalPermutation
 
     m = num_rows // SPLITS
     if kind in ("builder", "storage"):
-        rows = np.random.default_rng(0).permutation(num_rows) if kind == "builder" else np.arange(num_rows)
+        rows = np.random.default_rng(seed).permutation(num_rows) if kind == "builder" else np.arange(num_rows)
         return [rows[s * m : (s + 1) * m] for s in range(SPLITS)]
     perm: Any
     if kind == "computed":
-        perm = ComputedPermutation(num_rows, SPLITS, 0, 0)
+        perm = ComputedPermutation(num_rows, SPLITS, seed, 0)
     else:
         from elastic_loader import LocalShuffle
 
         shape = LocalShuffle() if kind == "local" else permutation(kind)
-        perm = LocalPermutation(num_rows, SPLITS, 0, 0, shape.clump, shape.window)
+        perm = LocalPermutation(num_rows, SPLITS, seed, 0, shape.clump, shape.window)
     return [perm.positions(s, 0, perm.split_len).astype(np.int64) for s in range(SPLITS)]
 
 
@@ -219,6 +220,16 @@ def packed_order(orders: list[np.ndarray], lengths: np.ndarray, length: int) -> 
         starts = np.cumsum(lengths[docs] + 1) - (lengths[docs] + 1)
         keys.append(starts // length * len(orders) + s)
     return np.concatenate(orders)[np.argsort(np.concatenate(keys), kind="stable")]
+
+
+def delivered_summary(kind: str, lengths: np.ndarray, seed: int = 0) -> dict[str, float]:
+    """``quality.summary`` of the order the packed blocks of ``kind`` (at ``seed``) deliver the
+    documents whose token counts are ``lengths`` (by id), without reading them."""
+    import peer_workloads as pw
+    import quality
+
+    docs = len(lengths)
+    return quality.summary(packed_order(split_orders(kind, docs, seed), lengths, pw.PACK), docs)
 
 
 def document_lengths(table: Any) -> np.ndarray:
@@ -311,14 +322,8 @@ def main() -> None:
     pack_quality = {k: order_quality(k, docs) for k in PACK_KINDS if k != "scan"} if packing else {}
     delivered_quality: dict[str, dict[str, float]] = {}
     if packing:
-        import peer_workloads as pw
-
         lengths = document_lengths(tokens)
-        delivered_quality = {
-            k: quality.summary(packed_order(split_orders(k, docs), lengths, pw.PACK), docs)
-            for k in PACK_KINDS
-            if k != "scan"
-        }
+        delivered_quality = {k: delivered_summary(k, lengths) for k in PACK_KINDS if k != "scan"}
     path = meta.results_path(args.name, args.save)
     for round_ in range(args.repeats):
         for item in items:

@@ -22,6 +22,9 @@ Rules:
   seconds over the wall time) and the consumer's share (the iterating thread's CPU seconds over the
   wall time). Results go to ``benchmarks/NAME.local.json`` or,
   with ``--save``, ``benchmarks/NAME.json`` (default ``packing_trees``), with ``meta.provenance()``.
+* ``--pool LABEL NAME [NAME ...]`` runs nothing: it reads the saved runs ``benchmarks/NAME.json`` and
+  prints case ``LABEL``'s per-round ratios to each run's first case, run by run and pooled (median,
+  lowest, highest), so a target near the noise is judged on every round measured, not on one run.
 """
 
 from __future__ import annotations
@@ -83,6 +86,25 @@ def run(src: Path, order: str, docs: int) -> dict[str, float]:
     return result
 
 
+def pooled(label: str, names: list[str], directory: Path = HERE) -> list[float]:
+    """Case ``label``'s per-round ratios to the first case of each saved run ``names`` (in
+    ``directory``), printed run by run and pooled; returns the pooled ratios."""
+    ratios: list[float] = []
+    for name in names:
+        saved = json.loads((directory / f"{name}.json").read_text())
+        first, case = saved["cases"][saved["first"]], saved["cases"][label]
+        run_ratios = [b / a for a, b in zip(first["rounds"], case["rounds"], strict=True)]
+        ratios += run_ratios
+        shown = ", ".join(f"{r:.2f}" for r in run_ratios)
+        when = saved["environment"]["date_utc"]
+        print(f"{name} ({when}): {shown}; median {statistics.median(run_ratios):.3f}")
+    print(
+        f"pooled, {len(ratios)} rounds of {len(names)} runs: {label} / first case median "
+        f"{statistics.median(ratios):.3f} (lowest {min(ratios):.2f}, highest {max(ratios):.2f})"
+    )
+    return ratios
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--case", action="append", default=[], metavar="LABEL=DIR:ORDER")
@@ -90,8 +112,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--name", default="packing_trees", help="results file name (without .json)")
     parser.add_argument("--save", action="store_true")
+    parser.add_argument("--pool", nargs="+", metavar="LABEL NAME", help="pool saved runs' per-round ratios")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.pool:
+        if len(args.pool) < 2:
+            parser.error("--pool LABEL NAME [NAME ...]")
+        pooled(args.pool[0], args.pool[1:])
+        return
     if args.one:
         print(json.dumps(one(args.one, args.docs)))
         return

@@ -5,6 +5,7 @@ for elastic-loader only)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -28,3 +29,24 @@ def test_packed_epoch_imports_before_the_clock(tmp_path: Path) -> None:
     env = {**os.environ, "ELASTIC_LOADER_BENCH_DATA": str(tmp_path), "PYTHONPATH": str(BENCH)}
     done = subprocess.run([sys.executable, "-c", PROBE], env=env, cwd=BENCH, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_pooled_ratios_are_every_rounds_ratio_to_its_runs_first_case(tmp_path: Path) -> None:
+    sys.path.insert(0, str(BENCH))
+    try:
+        import packing_trees
+    finally:
+        sys.path.remove(str(BENCH))
+    runs = {
+        "a": {"old": [10, 20], "new": [19, 42]},
+        "b": {"old": [30, 10, 40], "new": [60, 25, 70]},
+    }
+    for name, cases in runs.items():
+        saved = {
+            "environment": {"date_utc": "2026-12-07T00:00:00+00:00"},
+            "first": "old",
+            "cases": {label: {"rounds": rounds} for label, rounds in cases.items()},
+        }
+        (tmp_path / f"{name}.json").write_text(json.dumps(saved))
+    ratios = packing_trees.pooled("new", ["a", "b"], tmp_path)
+    assert ratios == [1.9, 2.1, 2.0, 2.5, 1.75]

@@ -86,7 +86,8 @@ EDGES: list[tuple[dict[str, Any], type[Exception]]] = [
 ]
 
 
-@pytest.mark.filterwarnings("ignore:prefetch_batches is deprecated:DeprecationWarning")  # a value of the old name
+# one edge passes the old name prefetch_batches, which warns that it is deprecated
+@pytest.mark.filterwarnings("ignore:prefetch_batches is deprecated:DeprecationWarning")
 @pytest.mark.parametrize(("kwargs", "expected"), EDGES, ids=[repr(k) for k, _ in EDGES])
 def test_edge_values_fail_at_construction_with_the_spec_class(
     multi_table: Any, kwargs: dict[str, Any], expected: type[Exception]

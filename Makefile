@@ -5,12 +5,14 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+# the compiled module's source is part of the install: a change to it installs (and builds) again
+BUILD_INPUTS := pyproject.toml setup.py src/elastic_loader/_pipeline/_gather.c
+STAMP := $(VENV)/.installed-$(shell cat $(BUILD_INPUTS) | sha1sum | cut -c1-12)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 .PHONY: test lint typecheck unit fuzz demo proofs deep bench bench-install bench-peers bench-memory vectors soak mutation clean
 
-$(STAMP): pyproject.toml
+$(STAMP): $(BUILD_INPUTS)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
 	$(PY) -m pip install -q "torch==2.13.0" 2>&1 | grep -v "^WARNING: Location" || true

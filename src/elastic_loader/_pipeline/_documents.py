@@ -8,16 +8,20 @@ Rules:
   documents are long (``LOOP_MIN_DOC_TOKENS`` on average), so their tokens are copied once, into
   the stream; short documents are joined into one array first.
 * A split's documents are appended to its stream as a ``Fetched`` part and copied in only when
-  the blocks being cut need them, each followed by EOS, in the split's order: long documents
-  (``LOOP_MIN_DOC_TOKENS`` on average) one slice each, or one masked assignment per run of
-  consecutive rows when the runs average ``MIN_RUN_DOCS`` documents or more (clumped orders);
-  short documents with one index per token.
+  the blocks being cut need them, each followed by EOS, in the split's order: by the compiled
+  ``_gather`` module (one ``memcpy`` a document, without the GIL) when it was built, else with
+  numpy: long documents (``LOOP_MIN_DOC_TOKENS`` on average) one slice each, or one masked
+  assignment per run of consecutive rows when the runs average ``MIN_RUN_DOCS`` documents or more
+  (clumped orders); short documents with one index per token. Both give the same stream;
+  ``ELASTIC_LOADER_NATIVE_GATHER=0`` in the environment picks numpy.
 """
 
 from __future__ import annotations
 
 import itertools
+import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -151,6 +155,26 @@ def _long_documents(slots: int, docs: int) -> bool:
     return slots >= LOOP_MIN_DOC_TOKENS * docs
 
 
+NATIVE_GATHER_ENV = "ELASTIC_LOADER_NATIVE_GATHER"
+"""``ELASTIC_LOADER_NATIVE_GATHER=0`` in the environment copies documents with numpy even where the
+compiled ``_gather`` module was built."""
+
+
+def _native_gather() -> Callable[..., None] | None:
+    """The compiled document copy, or ``None`` (not built: the extension is optional; or switched off)."""
+    if os.environ.get(NATIVE_GATHER_ENV, "1") == "0":
+        return None
+    try:
+        from ._gather import gather
+    except ImportError:
+        return None
+    return gather
+
+
+native_gather = _native_gather()
+"""What ``Fetched.copy_into`` calls unless ``None``: ``gather(values, chunk, lo, sizes, out, eos)``."""
+
+
 @dataclass
 class Fetched:
     """Documents appended to a stream and not yet copied into it: ``sizes[i] - 1``
@@ -167,6 +191,9 @@ class Fetched:
 
     def copy_into(self, out: np.ndarray) -> None:
         """Write the documents, each followed by EOS, to ``out`` (``ends[-1]`` slots)."""
+        if native_gather is not None:
+            native_gather(self.values, self.chunk, self.lo, self.sizes, out, self.eos)
+            return
         eos_at = self.ends - 1
         values, lo, sizes, chunk = self.values, self.lo, self.sizes, self.chunk
         if chunk is not None or _long_documents(len(out), len(sizes)):

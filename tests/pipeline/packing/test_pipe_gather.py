@@ -1,26 +1,61 @@
 """How documents get into a packed stream: reads in row-id order, then one gather with EOS.
 
 A packed pipeline reads each unit's rows sorted by row id (``Unit.where`` maps them back) and
-copies every document, followed by EOS, into its split's stream in one of three ways: when
-documents are long, one masked assignment per run of consecutive rows, or one slice per document
-when the runs are short; one vectorized index pass when documents are short. Every way is
-checked here against a plain Python construction; whole epochs of long documents (the slice
-path) are compared with the executable spec in packing/test_pipe_packing.py.
+copies every document, followed by EOS, into its split's stream: with the compiled ``_gather``
+module where it was built, else with numpy in one of three ways: when documents are long, one
+masked assignment per run of consecutive rows, or one slice per document when the runs are short;
+one vectorized index pass when documents are short. Every copy test runs both paths (``PATHS``)
+against a plain Python construction; whole epochs are compared with the executable spec in
+packing/test_pipe_packing.py (with the compiled path where it was built).
 """
 
 from __future__ import annotations
 
 import itertools
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import pyarrow as pa
 import pytest
 from hypothesis import given, strategies as st
 
-from elastic_loader._pipeline import _fetch, _packing
+from elastic_loader._pipeline import _documents, _fetch, _packing
 from elastic_loader._pipeline._documents import LOOP_MIN_DOC_TOKENS, DocPayload, Fetched, make_doc_stage
 
 EOS, PAD = -1, -2
+PATHS = ["compiled", "numpy"]
+COMPILED = _documents._native_gather()
+
+
+@contextmanager
+def copy_path(path: str) -> Iterator[None]:
+    """``Fetched.copy_into`` through the compiled module or through numpy, for the ``with`` body."""
+    if path == "compiled" and COMPILED is None:
+        pytest.skip("the compiled _gather module is not built or is switched off")
+    saved = _documents.native_gather
+    _documents.native_gather = COMPILED if path == "compiled" else None
+    try:
+        yield
+    finally:
+        _documents.native_gather = saved
+
+
+def _copy(part: Fetched, out: np.ndarray, path: str) -> None:
+    with copy_path(path):
+        part.copy_into(out)
+
+
+def test_the_compiled_copy_is_built_and_used() -> None:
+    """An install with a C compiler builds ``_gather`` and the pipeline calls it; only
+    ``ELASTIC_LOADER_NATIVE_GATHER=0`` switches it off (then every compiled case above skips)."""
+    if os.environ.get(_documents.NATIVE_GATHER_ENV) == "0":
+        assert _documents.native_gather is None
+        return
+    from elastic_loader._pipeline import _gather
+
+    assert COMPILED is _gather.gather and _documents.native_gather is _gather.gather
 
 
 def _fetched(docs: list[list[int]], picks: list[int]) -> Fetched:
@@ -52,34 +87,37 @@ def batches(draw: st.DrawFn) -> tuple[list[list[int]], list[int]]:
     return docs, picks
 
 
-@given(batches())
+@pytest.mark.parametrize("path", PATHS)
+@given(batch=batches())
 def test_documents_are_copied_in_the_order_asked_each_followed_by_eos(
-    batch: tuple[list[list[int]], list[int]],
+    path: str, batch: tuple[list[list[int]], list[int]]
 ) -> None:
     docs, picks = batch
     part = _fetched(docs, picks)
     out = np.full(int(part.ends[-1]), 7, dtype=np.int64)
-    part.copy_into(out)
+    _copy(part, out, path)
     assert out.tolist() == _expected(docs, picks)
 
 
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("size", [LOOP_MIN_DOC_TOKENS - 2, LOOP_MIN_DOC_TOKENS - 1, LOOP_MIN_DOC_TOKENS])
-def test_both_copy_paths_around_the_threshold(size: int) -> None:
+def test_both_copy_paths_around_the_threshold(size: int, path: str) -> None:
     """Mean sizes (EOS included) just below, at and above the threshold; the last document's
     EOS index lies one past the end of the batch's values."""
     docs = [[5] * (size - 1), [6] * (size - 1), [7] * (size - 1)]
     picks = [2, 0, 1, 2][:3]
     part = _fetched(docs, picks)
     out = np.empty(int(part.ends[-1]), dtype=np.int64)
-    part.copy_into(out)
+    _copy(part, out, path)
     assert out.tolist() == _expected(docs, picks)
 
 
 RUNS = [[range(0, 20)], [range(10, 20), range(0, 10)], [range(3, 12), range(15, 16)]]
 
 
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("runs", RUNS)
-def test_runs_of_consecutive_rows_are_copied_as_runs(runs: list[range]) -> None:
+def test_runs_of_consecutive_rows_are_copied_as_runs(runs: list[range], path: str) -> None:
     """Long documents that lie one after another in the read (one run, or runs in another order,
     one of a single document) are copied run by run, each document followed by EOS."""
     docs = [[1000 * i + j for j in range(2 * LOOP_MIN_DOC_TOKENS + i)] for i in range(20)]
@@ -87,7 +125,7 @@ def test_runs_of_consecutive_rows_are_copied_as_runs(runs: list[range]) -> None:
     picks = [p for run in runs for p in run]
     part = _fetched(docs, picks)
     out = np.full(int(part.ends[-1]), 7, dtype=np.int64)
-    part.copy_into(out)
+    _copy(part, out, path)
     assert out.tolist() == _expected(docs, picks)
 
 
@@ -99,9 +137,10 @@ def batched(draw: st.DrawFn) -> tuple[list[list[int]], list[int], list[int]]:
     return docs, picks, [c for c in cuts if c < len(docs)]
 
 
-@given(batched())
+@pytest.mark.parametrize("path", PATHS)
+@given(read=batched())
 def test_documents_of_several_batches_are_copied_from_their_own(
-    read: tuple[list[list[int]], list[int], list[int]],
+    path: str, read: tuple[list[list[int]], list[int], list[int]]
 ) -> None:
     """A read that came in several Arrow batches (range scans) keeps each batch's tokens where they
     are; every document is copied from its own batch, runs of consecutive rows never across two."""
@@ -123,7 +162,7 @@ def test_documents_of_several_batches_are_copied_from_their_own(
         np.array(batch, dtype=np.int64),
     )
     out = np.full(int(part.ends[-1]), 7, dtype=np.int64)
-    part.copy_into(out)
+    _copy(part, out, path)
     assert out.tolist() == _expected(docs, picks)
 
 
@@ -171,10 +210,11 @@ def test_the_document_stage_reads_a_read_of_several_batches_as_one(length: int, 
     assert [docs_got[r] for r in keep] == [docs_want[r] for r in keep] == [lists[r + 1] for r in keep]
 
 
-def test_a_batch_of_empty_documents_is_all_eos() -> None:
+@pytest.mark.parametrize("path", PATHS)
+def test_a_batch_of_empty_documents_is_all_eos(path: str) -> None:
     part = _fetched([[], [], []], [1, 2])
     out = np.full(2, 0, dtype=np.int64)
-    part.copy_into(out)
+    _copy(part, out, path)
     assert out.tolist() == [EOS, EOS]
 
 
@@ -209,3 +249,56 @@ def test_a_sorted_read_maps_every_position_back_to_its_row() -> None:
     assert seen[0].tolist() == [1, 2, 4, 7, 8, 9]
     assert unit.where is not None
     assert rows[unit.where].tolist() == [9, 2, 7, 4, 8, 1]
+
+
+def _compiled() -> Callable[..., None]:
+    if COMPILED is None:
+        pytest.skip("the compiled _gather module is not built or is switched off")
+    return COMPILED
+
+
+INT64 = np.int64
+BAD_CALLS = [
+    # (values, chunk, lo, sizes, out length, error): each is refused before anything is written
+    ([np.arange(10, dtype=INT64)], None, [8], [4], 4, ValueError),  # reads past the values
+    ([np.arange(10, dtype=INT64)], None, [-1], [2], 2, ValueError),  # a negative start
+    ([np.arange(10, dtype=INT64)], None, [0], [0], 0, ValueError),  # a size without its EOS slot
+    ([np.arange(10, dtype=INT64)], None, [0, 2], [3, 3], 5, ValueError),  # more slots than out has
+    ([np.arange(10, dtype=INT64)], None, [0], [3], 4, ValueError),  # out not filled exactly
+    ([np.arange(10, dtype=INT64)], [1], [0], [3], 3, ValueError),  # a batch that is not there
+    ([np.arange(10, dtype=INT64)], [0, 0], [0], [3], 3, ValueError),  # chunk of another length
+    ([], None, [], [], 0, ValueError),  # no values at all
+    ([np.arange(10, dtype=np.int32)], None, [0], [3], 3, TypeError),  # not int64
+    ([np.arange(10, dtype=INT64)[::2]], None, [0], [3], 3, ValueError),  # not contiguous (numpy's own error)
+]
+
+
+@pytest.mark.parametrize(("values", "chunk", "lo", "sizes", "slots", "error"), BAD_CALLS)
+def test_the_compiled_copy_refuses_what_it_cannot_copy_exactly(
+    values: list[np.ndarray],
+    chunk: list[int] | None,
+    lo: list[int],
+    sizes: list[int],
+    slots: int,
+    error: type[Exception],
+) -> None:
+    gather = _compiled()
+    out = np.full(slots, 7, dtype=INT64)
+    with pytest.raises(error):
+        gather(
+            values,
+            None if chunk is None else np.array(chunk, dtype=INT64),
+            np.array(lo, dtype=INT64),
+            np.array(sizes, dtype=INT64),
+            out,
+            EOS,
+        )
+    assert (out == 7).all()
+
+
+def test_the_compiled_copy_refuses_a_read_only_out() -> None:
+    gather = _compiled()
+    out = np.zeros(3, dtype=INT64)
+    out.flags.writeable = False
+    with pytest.raises((BufferError, ValueError)):
+        gather([np.arange(5, dtype=INT64)], None, np.array([0], INT64), np.array([3], INT64), out, EOS)

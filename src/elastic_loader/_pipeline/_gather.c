@@ -1,0 +1,136 @@
+/* The one compiled step of the pipeline: copy documents out of a read into a split's stream.
+
+   gather(values, chunk, lo, sizes, out, eos) writes document i (sizes[i] - 1 tokens, starting
+   at lo[i] of values[chunk[i]], or of values[0] when chunk is None) and then eos, for every i in
+   order, filling out exactly. Every argument is checked before anything is written (a
+   ValueError names the first document out of range), and the copy runs without the GIL.
+
+   _documents.Fetched.copy_into calls it when the module was built; the numpy path it replaces
+   gives the same result (tests/pipeline/packing/test_pipe_gather.py compares them). */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+/* A C-contiguous buffer of 8-byte signed integers (numpy's int64), read-only or writable. */
+static int
+int64_buffer(PyObject *obj, Py_buffer *view, int writable, const char *what)
+{
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, view, flags) < 0) {
+        return -1;
+    }
+    const char *format = view->format ? view->format : "B";
+    if (format[0] == '<' || format[0] == '=' || format[0] == '@') {
+        format++;
+    }
+    if (view->itemsize != 8 || (strcmp(format, "q") != 0 && strcmp(format, "l") != 0)) {
+        PyErr_Format(PyExc_TypeError, "%s must be a contiguous int64 array", what);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *
+gather(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *values_seq, *chunk_obj, *lo_obj, *sizes_obj, *out_obj;
+    long long eos;
+    if (!PyArg_ParseTuple(args, "OOOOOL", &values_seq, &chunk_obj, &lo_obj, &sizes_obj, &out_obj, &eos)) {
+        return NULL;
+    }
+    PyObject *values_fast = PySequence_Fast(values_seq, "values must be a sequence of int64 arrays");
+    if (values_fast == NULL) {
+        return NULL;
+    }
+    /* zeroed views: PyBuffer_Release does nothing to a view that was never filled */
+    Py_ssize_t nchunks = PySequence_Fast_GET_SIZE(values_fast);
+    Py_buffer *chunks = PyMem_Calloc(nchunks > 0 ? (size_t)nchunks : 1, sizeof(Py_buffer));
+    Py_buffer chunk = {0}, lo = {0}, sizes = {0}, out = {0};
+    PyObject *result = NULL;
+    if (chunks == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (nchunks < 1) {
+        PyErr_SetString(PyExc_ValueError, "values must hold at least one array");
+        goto done;
+    }
+    for (Py_ssize_t j = 0; j < nchunks; j++) {
+        if (int64_buffer(PySequence_Fast_GET_ITEM(values_fast, j), &chunks[j], 0, "each values array") < 0) {
+            goto done;
+        }
+    }
+    int have_chunk = chunk_obj != Py_None;
+    if ((have_chunk && int64_buffer(chunk_obj, &chunk, 0, "chunk") < 0) || int64_buffer(lo_obj, &lo, 0, "lo") < 0
+        || int64_buffer(sizes_obj, &sizes, 0, "sizes") < 0 || int64_buffer(out_obj, &out, 1, "out") < 0) {
+        goto done;
+    }
+    Py_ssize_t n = lo.len / 8;
+    if (sizes.len / 8 != n || (have_chunk && chunk.len / 8 != n)) {
+        PyErr_SetString(PyExc_ValueError, "lo, sizes and chunk must have one entry a document");
+        goto done;
+    }
+    const int64_t *lo_p = lo.buf, *size_p = sizes.buf, *chunk_p = have_chunk ? chunk.buf : NULL;
+    int64_t nout = (int64_t)(out.len / 8), at = 0;
+    for (Py_ssize_t i = 0; i < n; i++) { /* check everything before writing anything */
+        int64_t c = chunk_p ? chunk_p[i] : 0, tokens = size_p[i] - 1;
+        if (c < 0 || c >= nchunks || tokens < 0 || lo_p[i] < 0 || lo_p[i] > (int64_t)(chunks[c].len / 8) - tokens
+            || at > nout - tokens - 1) {
+            PyErr_Format(PyExc_ValueError, "document %zd lies outside its values or past the end of out", i);
+            goto done;
+        }
+        at += tokens + 1;
+    }
+    if (at != nout) {
+        PyErr_Format(PyExc_ValueError, "the documents fill %lld slots of out, which has %lld", (long long)at,
+                     (long long)nout);
+        goto done;
+    }
+    int64_t *dst = out.buf;
+    Py_BEGIN_ALLOW_THREADS
+    at = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const int64_t *src = (const int64_t *)chunks[chunk_p ? chunk_p[i] : 0].buf + lo_p[i];
+        int64_t tokens = size_p[i] - 1;
+        memcpy(dst + at, src, (size_t)tokens * sizeof(int64_t));
+        at += tokens;
+        dst[at++] = (int64_t)eos;
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    PyBuffer_Release(&out);
+    PyBuffer_Release(&sizes);
+    PyBuffer_Release(&lo);
+    PyBuffer_Release(&chunk);
+    if (chunks != NULL) {
+        for (Py_ssize_t j = 0; j < nchunks; j++) {
+            PyBuffer_Release(&chunks[j]);
+        }
+        PyMem_Free(chunks);
+    }
+    Py_DECREF(values_fast);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"gather", gather, METH_VARARGS,
+     "gather(values, chunk, lo, sizes, out, eos): copy documents, each followed by eos, into out."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_gather", "Documents copied out of a read into a split's stream.", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC
+PyInit__gather(void)
+{
+    return PyModule_Create(&module);
+}

@@ -1,0 +1,12 @@
+from collections.abc import Sequence
+
+import numpy as np
+
+def gather(
+    values: Sequence[np.ndarray],
+    chunk: np.ndarray | None,
+    lo: np.ndarray,
+    sizes: np.ndarray,
+    out: np.ndarray,
+    eos: int,
+) -> None: ...

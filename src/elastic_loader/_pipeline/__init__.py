@@ -25,7 +25,8 @@ spec module            pipeline module
 
 Pipeline-only parts, with no spec counterpart: ``_fetch`` (units, threads,
 backpressure), ``_demand`` (read-ahead), ``_session`` (one iteration, the lease),
-``_rowfile`` (row ids for worker processes), ``_stats`` (counters) and
+``_rowfile`` (row ids for worker processes), ``_stats`` (counters),
+``_gather`` (the optional compiled document copy ``_documents`` calls) and
 ``dataset`` (the ``StreamingDataset`` facade and ``LoaderLink``).
 docs/ARCHITECTURE.md describes each part and the path of a row and of a block.
 

@@ -33,6 +33,19 @@ int64_buffer(PyObject *obj, Py_buffer *view, int writable, const char *what)
     return 0;
 }
 
+/* Whether document i (from slot at of out, nout slots) lies inside its batch and inside out. */
+static int
+document_fits(const Py_buffer *chunks, Py_ssize_t nchunks, const int64_t *chunk_p, const int64_t *lo_p,
+              const int64_t *size_p, Py_ssize_t i, int64_t at, int64_t nout)
+{
+    int64_t c = chunk_p ? chunk_p[i] : 0, size = size_p[i], start = lo_p[i];
+    if (c < 0 || c >= nchunks || size < 1 || start < 0) {
+        return 0;
+    }
+    /* size - 1 tokens from start, then EOS: no sum below can overflow, every term is >= 0 */
+    return start <= (int64_t)(chunks[c].len / 8) - (size - 1) && size <= nout - at;
+}
+
 static PyObject *
 gather(PyObject *self, PyObject *args)
 {
@@ -76,14 +89,17 @@ gather(PyObject *self, PyObject *args)
     }
     const int64_t *lo_p = lo.buf, *size_p = sizes.buf, *chunk_p = have_chunk ? chunk.buf : NULL;
     int64_t nout = (int64_t)(out.len / 8), at = 0;
-    for (Py_ssize_t i = 0; i < n; i++) { /* check everything before writing anything */
-        int64_t c = chunk_p ? chunk_p[i] : 0, tokens = size_p[i] - 1;
-        if (c < 0 || c >= nchunks || tokens < 0 || lo_p[i] < 0 || lo_p[i] > (int64_t)(chunks[c].len / 8) - tokens
-            || at > nout - tokens - 1) {
-            PyErr_Format(PyExc_ValueError, "document %zd lies outside its values or past the end of out", i);
-            goto done;
+    Py_ssize_t bad = -1;
+    for (Py_ssize_t i = 0; i < n && bad < 0; i++) { /* check everything before writing anything */
+        if (document_fits(chunks, nchunks, chunk_p, lo_p, size_p, i, at, nout)) {
+            at += size_p[i];
+        } else {
+            bad = i;
         }
-        at += tokens + 1;
+    }
+    if (bad >= 0) {
+        PyErr_Format(PyExc_ValueError, "document %zd lies outside its values or past the end of out", bad);
+        goto done;
     }
     if (at != nout) {
         PyErr_Format(PyExc_ValueError, "the documents fill %lld slots of out, which has %lld", (long long)at,
@@ -94,13 +110,22 @@ gather(PyObject *self, PyObject *args)
     Py_BEGIN_ALLOW_THREADS
     at = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        const int64_t *src = (const int64_t *)chunks[chunk_p ? chunk_p[i] : 0].buf + lo_p[i];
+        /* checked again, cheaply: the arrays are the caller's, and the GIL is released */
+        if (!document_fits(chunks, nchunks, chunk_p, lo_p, size_p, i, at, nout)) {
+            bad = i;
+            break;
+        }
         int64_t tokens = size_p[i] - 1;
-        memcpy(dst + at, src, (size_t)tokens * sizeof(int64_t));
+        memcpy(dst + at, (const int64_t *)chunks[chunk_p ? chunk_p[i] : 0].buf + lo_p[i],
+               (size_t)tokens * sizeof(int64_t));
         at += tokens;
         dst[at++] = (int64_t)eos;
     }
     Py_END_ALLOW_THREADS
+    if (bad >= 0) {
+        PyErr_Format(PyExc_ValueError, "document %zd changed while it was copied", bad);
+        goto done;
+    }
     result = Py_None;
     Py_INCREF(result);
 done:

@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 # the compiled module's source is part of the install: a change to it installs (and builds) again
-BUILD_INPUTS := pyproject.toml setup.py src/elastic_loader/_pipeline/_gather.c
+BUILD_INPUTS := pyproject.toml setup.py src/elastic_loader/_pipeline/_native.c
 STAMP := $(VENV)/.installed-$(shell cat $(BUILD_INPUTS) | sha1sum | cut -c1-12)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 

@@ -26,7 +26,8 @@ spec module            pipeline module
 Pipeline-only parts, with no spec counterpart: ``_fetch`` (units, threads,
 backpressure), ``_demand`` (read-ahead), ``_session`` (one iteration, the lease),
 ``_rowfile`` (row ids for worker processes), ``_stats`` (counters),
-``_gather`` (the optional compiled document copy ``_documents`` calls) and
+``_native`` (packing's optional compiled steps: the document copy ``_documents``
+calls and the ``doc_ids`` ``_packing`` writes) and
 ``dataset`` (the ``StreamingDataset`` facade and ``LoaderLink``).
 docs/ARCHITECTURE.md describes each part and the path of a row and of a block.
 

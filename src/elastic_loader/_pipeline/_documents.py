@@ -9,11 +9,11 @@ Rules:
   the stream; short documents are joined into one array first.
 * A split's documents are appended to its stream as a ``Fetched`` part and copied in only when
   the blocks being cut need them, each followed by EOS, in the split's order: by the compiled
-  ``_gather`` module (one ``memcpy`` a document, without the GIL) when it was built, else with
+  ``_native`` module (one ``memcpy`` a document, without the GIL) when it was built, else with
   numpy: long documents (``LOOP_MIN_DOC_TOKENS`` on average) one slice each, or one masked
   assignment per run of consecutive rows when the runs average ``MIN_RUN_DOCS`` documents or more
   (clumped orders); short documents with one index per token. Both give the same stream;
-  ``ELASTIC_LOADER_NATIVE_GATHER=0`` in the environment picks numpy.
+  ``ELASTIC_LOADER_NATIVE=0`` in the environment picks numpy (for ``doc_ids`` too).
 """
 
 from __future__ import annotations
@@ -155,24 +155,26 @@ def _long_documents(slots: int, docs: int) -> bool:
     return slots >= LOOP_MIN_DOC_TOKENS * docs
 
 
-NATIVE_GATHER_ENV = "ELASTIC_LOADER_NATIVE_GATHER"
-"""``ELASTIC_LOADER_NATIVE_GATHER=0`` in the environment copies documents with numpy even where the
-compiled ``_gather`` module was built."""
+NATIVE_ENV = "ELASTIC_LOADER_NATIVE"
+"""``ELASTIC_LOADER_NATIVE=0`` in the environment makes packing copy documents and write ``doc_ids``
+with numpy even where the compiled ``_native`` module was built."""
 
 
-def _native_gather() -> Callable[..., None] | None:
-    """The compiled document copy, or ``None`` (not built: the extension is optional; or switched off)."""
-    if os.environ.get(NATIVE_GATHER_ENV, "1") == "0":
+def load_native() -> tuple[Callable[..., None], Callable[..., None]] | None:
+    """The compiled ``(gather, doc_ids)``, or ``None`` (not built: the extension is optional; or
+    switched off by ``NATIVE_ENV``)."""
+    if os.environ.get(NATIVE_ENV, "1") == "0":
         return None
     try:
-        from ._gather import gather
+        from ._native import doc_ids, gather
     except ImportError:
         return None
-    return gather
+    return gather, doc_ids
 
 
-native_gather = _native_gather()
-"""What ``Fetched.copy_into`` calls unless ``None``: ``gather(values, chunk, lo, sizes, out, eos)``."""
+native_gather, native_doc_ids = load_native() or (None, None)
+"""What ``Fetched.copy_into`` and ``_packing``'s ``doc_ids`` call unless ``None``:
+``gather(values, chunk, lo, sizes, out, eos)`` and ``doc_ids(starts, out, length)``."""
 
 
 @dataclass

@@ -40,6 +40,7 @@ from typing import TypeVar
 import numpy as np
 import torch
 
+from . import _documents
 from ._checkpoint import Tokens
 from ._documents import DocPayload, Fetched
 from ._fetch import Pipeline, Unit
@@ -213,9 +214,15 @@ def _doc_ids(starts: np.ndarray, k: int, length: int) -> np.ndarray:
     """``k x length`` doc_ids: in each row, how many document starts lie at offsets 1..j.
 
     ``starts`` (sorted, below ``k * length``) are the document starts of the
-    flat blocks. The ids are constant between starts and row starts, so each
-    run is written once with ``np.repeat``.
+    flat blocks. The compiled ``doc_ids`` writes them where it was built; else,
+    the ids being constant between starts and row starts, each run is written
+    once with ``np.repeat``.
     """
+    compiled = _documents.native_doc_ids
+    if compiled is not None:
+        out = np.empty((k, length), dtype=np.int64)
+        compiled(starts, out, length)
+        return out
     inner = starts[starts % length != 0]  # a start at offset 0 of a row counts for nothing
     rank = np.arange(1, len(inner) + 1) - np.searchsorted(inner, inner // length * length)
     points = np.concatenate([np.arange(k, dtype=np.int64) * length, inner])

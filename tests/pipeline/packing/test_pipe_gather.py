@@ -1,7 +1,7 @@
 """How documents get into a packed stream: reads in row-id order, then one gather with EOS.
 
 A packed pipeline reads each unit's rows sorted by row id (``Unit.where`` maps them back) and
-copies every document, followed by EOS, into its split's stream: with the compiled ``_gather``
+copies every document, followed by EOS, into its split's stream: with the compiled ``_native``
 module where it was built, else with numpy in one of three ways: when documents are long, one
 masked assignment per run of consecutive rows, or one slice per document when the runs are short;
 one vectorized index pass when documents are short. Every copy test runs both paths (``PATHS``)
@@ -26,20 +26,23 @@ from elastic_loader._pipeline._documents import LOOP_MIN_DOC_TOKENS, DocPayload,
 
 EOS, PAD = -1, -2
 PATHS = ["compiled", "numpy"]
-COMPILED = _documents._native_gather()
+NATIVE = _documents.load_native()
+COMPILED = None if NATIVE is None else NATIVE[0]
+COMPILED_DOC_IDS = None if NATIVE is None else NATIVE[1]
 
 
 @contextmanager
 def copy_path(path: str) -> Iterator[None]:
-    """``Fetched.copy_into`` through the compiled module or through numpy, for the ``with`` body."""
-    if path == "compiled" and COMPILED is None:
-        pytest.skip("the compiled _gather module is not built or is switched off")
-    saved = _documents.native_gather
-    _documents.native_gather = COMPILED if path == "compiled" else None
+    """Packing's copy and ``doc_ids`` through the compiled module or through numpy, for the ``with``
+    body."""
+    if path == "compiled" and NATIVE is None:
+        pytest.skip("the compiled _native module is not built or is switched off")
+    saved = _documents.native_gather, _documents.native_doc_ids
+    _documents.native_gather, _documents.native_doc_ids = NATIVE if path == "compiled" else (None, None)
     try:
         yield
     finally:
-        _documents.native_gather = saved
+        _documents.native_gather, _documents.native_doc_ids = saved
 
 
 def _copy(part: Fetched, out: np.ndarray, path: str) -> None:
@@ -47,15 +50,15 @@ def _copy(part: Fetched, out: np.ndarray, path: str) -> None:
         part.copy_into(out)
 
 
-def test_the_compiled_copy_is_built_and_used() -> None:
-    """An install with a C compiler builds ``_gather`` and the pipeline calls it; only
-    ``ELASTIC_LOADER_NATIVE_GATHER=0`` switches it off (then every compiled case above skips)."""
-    if os.environ.get(_documents.NATIVE_GATHER_ENV) == "0":
-        assert _documents.native_gather is None
+def test_the_compiled_module_is_built_and_used() -> None:
+    """An install with a C compiler builds ``_native`` and the pipeline calls it; only
+    ``ELASTIC_LOADER_NATIVE=0`` switches it off (then every compiled case here skips)."""
+    if os.environ.get(_documents.NATIVE_ENV) == "0":
+        assert _documents.native_gather is None and _documents.native_doc_ids is None
         return
-    from elastic_loader._pipeline import _gather
+    from elastic_loader._pipeline import _native
 
-    assert COMPILED is _gather.gather and _documents.native_gather is _gather.gather
+    assert _documents.native_gather is _native.gather and _documents.native_doc_ids is _native.doc_ids
 
 
 def _fetched(docs: list[list[int]], picks: list[int]) -> Fetched:
@@ -253,7 +256,7 @@ def test_a_sorted_read_maps_every_position_back_to_its_row() -> None:
 
 def _compiled() -> Callable[..., None]:
     if COMPILED is None:
-        pytest.skip("the compiled _gather module is not built or is switched off")
+        pytest.skip("the compiled _native module is not built or is switched off")
     return COMPILED
 
 
@@ -304,3 +307,51 @@ def test_the_compiled_copy_refuses_a_read_only_out() -> None:
     out.flags.writeable = False
     with pytest.raises((BufferError, ValueError)):
         gather([np.arange(5, dtype=INT64)], None, np.array([0], INT64), np.array([3], INT64), out, EOS)
+
+
+@st.composite
+def block_starts(draw: st.DrawFn) -> tuple[list[int], int, int]:
+    """Sorted distinct document starts inside ``k`` blocks of ``length`` tokens."""
+    k, length = draw(st.integers(1, 6)), draw(st.integers(1, 40))
+    starts = draw(st.lists(st.integers(0, k * length - 1), unique=True, max_size=k * length))
+    return sorted(starts), k, length
+
+
+def _doc_ids_by_hand(starts: list[int], k: int, length: int) -> list[list[int]]:
+    """In each row, how many starts lie at offsets 1..j of it (the definition)."""
+    return [
+        [sum(1 for s in starts if row * length < s <= row * length + j) for j in range(length)]
+        for row in range(k)
+    ]
+
+
+@pytest.mark.parametrize("path", PATHS)
+@given(case=block_starts())
+def test_doc_ids_count_the_document_starts_of_each_block(path: str, case: tuple[list[int], int, int]) -> None:
+    starts, k, length = case
+    with copy_path(path):
+        got = _packing._doc_ids(np.array(starts, dtype=INT64), k, length)
+    assert got.shape == (k, length)
+    assert got.tolist() == _doc_ids_by_hand(starts, k, length)
+
+
+BAD_STARTS = [
+    ([3, 2], 2, 4, ValueError),  # not ascending
+    ([2, 2], 2, 4, ValueError),  # a start twice
+    ([-1], 2, 4, ValueError),  # before the blocks
+    ([8], 2, 4, ValueError),  # past them
+    ([1], 7, 4, ValueError),  # out is not whole blocks
+    ([1], 8, 0, ValueError),  # blocks of no tokens
+]
+
+
+@pytest.mark.parametrize(("starts", "slots", "length", "error"), BAD_STARTS)
+def test_the_compiled_doc_ids_refuse_starts_they_cannot_place(
+    starts: list[int], slots: int, length: int, error: type[Exception]
+) -> None:
+    if COMPILED_DOC_IDS is None:
+        pytest.skip("the compiled _native module is not built or is switched off")
+    out = np.full(slots, 7, dtype=INT64)
+    with pytest.raises(error):
+        COMPILED_DOC_IDS(np.array(starts, dtype=INT64), out, length)
+    assert (out == 7).all()

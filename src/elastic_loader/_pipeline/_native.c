@@ -1,12 +1,16 @@
-/* The one compiled step of the pipeline: copy documents out of a read into a split's stream.
+/* Packing's compiled steps (the package's only C; optional: numpy does the same without it).
 
    gather(values, chunk, lo, sizes, out, eos) writes document i (sizes[i] - 1 tokens, starting
    at lo[i] of values[chunk[i]], or of values[0] when chunk is None) and then eos, for every i in
-   order, filling out exactly. Every argument is checked before anything is written (a
-   ValueError names the first document out of range), and the copy runs without the GIL.
+   order, filling out exactly: a split's documents copied out of a read into its stream
+   (_documents.Fetched.copy_into).
 
-   _documents.Fetched.copy_into calls it when the module was built; the numpy path it replaces
-   gives the same result (tests/pipeline/packing/test_pipe_gather.py compares them). */
+   doc_ids(starts, out) writes the doc_ids of k blocks of L tokens (out is k x L): in each row,
+   how many of the sorted document starts lie at offsets 1..j of it (_packing.emit_cycles).
+
+   Every argument is checked before anything is written (a ValueError says what is wrong), and
+   the writing runs without the GIL. tests/pipeline/packing/test_pipe_gather.py compares both with
+   their numpy counterparts. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -143,19 +147,77 @@ done:
     return result;
 }
 
+static PyObject *
+doc_ids(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *starts_obj, *out_obj;
+    Py_ssize_t length;
+    if (!PyArg_ParseTuple(args, "OOn", &starts_obj, &out_obj, &length)) {
+        return NULL;
+    }
+    Py_buffer starts = {0}, out = {0};
+    PyObject *result = NULL;
+    if (int64_buffer(starts_obj, &starts, 0, "starts") < 0 || int64_buffer(out_obj, &out, 1, "out") < 0) {
+        goto done;
+    }
+    Py_ssize_t n = starts.len / 8, total = out.len / 8;
+    if (length < 1 || total % length != 0) {
+        PyErr_Format(PyExc_ValueError, "out holds %zd slots, not whole blocks of %zd", total, length);
+        goto done;
+    }
+    const int64_t *start = starts.buf;
+    for (Py_ssize_t i = 0; i < n; i++) { /* ascending, distinct, inside out */
+        if (start[i] < 0 || start[i] >= total || (i > 0 && start[i] <= start[i - 1])) {
+            PyErr_Format(PyExc_ValueError, "document start %zd is out of order or outside the blocks", i);
+            goto done;
+        }
+    }
+    int64_t *dst = out.buf;
+    Py_BEGIN_ALLOW_THREADS
+    Py_ssize_t next = 0;
+    for (Py_ssize_t row = 0; row < total; row += length) {
+        int64_t count = 0;
+        Py_ssize_t at = row, end = row + length;
+        if (next < n && start[next] == row) { /* a start at a block's offset 0 counts for nothing */
+            next++;
+        }
+        while (next < n && start[next] < end) {
+            Py_ssize_t upto = (Py_ssize_t)start[next];
+            for (; at < upto; at++) {
+                dst[at] = count;
+            }
+            count++;
+            next++;
+        }
+        for (; at < end; at++) {
+            dst[at] = count;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    PyBuffer_Release(&out);
+    PyBuffer_Release(&starts);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"gather", gather, METH_VARARGS,
      "gather(values, chunk, lo, sizes, out, eos): copy documents, each followed by eos, into out."},
+    {"doc_ids", doc_ids, METH_VARARGS,
+     "doc_ids(starts, out, length): the doc_ids of out's blocks of length tokens from sorted starts."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_gather", "Documents copied out of a read into a split's stream.", -1, methods,
+    PyModuleDef_HEAD_INIT, "_native", "Packing's compiled steps: gather and doc_ids.", -1, methods,
     NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC
-PyInit__gather(void)
+PyInit__native(void)
 {
     return PyModule_Create(&module);
 }

@@ -27,18 +27,22 @@ from elastic_loader._pipeline._documents import LOOP_MIN_DOC_TOKENS, DocPayload,
 EOS, PAD = -1, -2
 PATHS = ["compiled", "numpy"]
 NATIVE = _documents.load_native()
-COMPILED = None if NATIVE is None else NATIVE[0]
-COMPILED_DOC_IDS = None if NATIVE is None else NATIVE[1]
+
+
+def _native() -> tuple[Callable[..., None], Callable[..., None]]:
+    """The compiled ``(gather, doc_ids)``; the test skips where the module is not built or is off."""
+    if NATIVE is None:
+        pytest.skip("the compiled _native module is not built or is switched off")
+    return NATIVE
 
 
 @contextmanager
 def copy_path(path: str) -> Iterator[None]:
     """Packing's copy and ``doc_ids`` through the compiled module or through numpy, for the ``with``
     body."""
-    if path == "compiled" and NATIVE is None:
-        pytest.skip("the compiled _native module is not built or is switched off")
+    wanted = _native() if path == "compiled" else (None, None)
     saved = _documents.native_gather, _documents.native_doc_ids
-    _documents.native_gather, _documents.native_doc_ids = NATIVE if path == "compiled" else (None, None)
+    _documents.native_gather, _documents.native_doc_ids = wanted
     try:
         yield
     finally:
@@ -254,12 +258,6 @@ def test_a_sorted_read_maps_every_position_back_to_its_row() -> None:
     assert rows[unit.where].tolist() == [9, 2, 7, 4, 8, 1]
 
 
-def _compiled() -> Callable[..., None]:
-    if COMPILED is None:
-        pytest.skip("the compiled _native module is not built or is switched off")
-    return COMPILED
-
-
 INT64 = np.int64
 BAD_CALLS = [
     # (values, chunk, lo, sizes, out length, error): each is refused before anything is written
@@ -287,7 +285,7 @@ def test_the_compiled_copy_refuses_what_it_cannot_copy_exactly(
     slots: int,
     error: type[Exception],
 ) -> None:
-    gather = _compiled()
+    gather, _ = _native()
     out = np.full(slots, 7, dtype=INT64)
     with pytest.raises(error):
         gather(
@@ -302,7 +300,7 @@ def test_the_compiled_copy_refuses_what_it_cannot_copy_exactly(
 
 
 def test_the_compiled_copy_refuses_a_read_only_out() -> None:
-    gather = _compiled()
+    gather, _ = _native()
     out = np.zeros(3, dtype=INT64)
     out.flags.writeable = False
     with pytest.raises((BufferError, ValueError)):
@@ -349,9 +347,8 @@ BAD_STARTS = [
 def test_the_compiled_doc_ids_refuse_starts_they_cannot_place(
     starts: list[int], slots: int, length: int, error: type[Exception]
 ) -> None:
-    if COMPILED_DOC_IDS is None:
-        pytest.skip("the compiled _native module is not built or is switched off")
+    _, doc_ids = _native()
     out = np.full(slots, 7, dtype=INT64)
     with pytest.raises(error):
-        COMPILED_DOC_IDS(np.array(starts, dtype=INT64), out, length)
+        doc_ids(np.array(starts, dtype=INT64), out, length)
     assert (out == 7).all()

@@ -11,7 +11,10 @@ Rules:
 * A case is a source tree (``DIR``: a directory holding the ``elastic_loader`` package, for
   example ``git archive COMMIT src`` unpacked; ``.`` for this checkout's ``src``) and a read
   order: ``default`` (no ``permutation`` argument, so any tree takes it) or ``C_W``
-  (``permutation=LocalShuffle(C, W)``).
+  (``permutation=LocalShuffle(C, W)``), either with ``_bB`` appended for one split's packed
+  batches (``num_splits=1``, ``StreamingDataLoader(batch_size=B, batch_format="torch")``: a
+  ``(B, 2048)`` pair of ``input_ids`` and ``doc_ids`` tensors a step, as ``peers.py``'s
+  ``elastic_local_1024_4096_split1_b64``).
 * A pass is one packed epoch of ``workloads.packed_epoch`` (``pack_sequences=2048``, 8 splits,
   ``shuffle_seed=0``, ``eos_id=-1``, ``pad_id=-2``, ``blocks_per_epoch`` of the table, iterating the
   dataset) over ``peer_workloads.token_spec(docs)``'s table, in a new process with
@@ -58,8 +61,10 @@ def one(order: str, docs: int) -> dict[str, float]:
     w.quiet()
     spec = w.TokenTable(f"docs_{docs}_{MIN_LEN}_{MAX_LEN}", docs, MIN_LEN, MAX_LEN, PACK)
     table = w.token_table(spec)
-    options: dict[str, Any] = {} if order == "default" else {"permutation": pr.permutation(f"local_{order}")}
-    epoch = w.packed_epoch("elastic_loader", table, spec, num_splits=SPLITS, **options)
+    shape, options = order_options(order)
+    if shape != "default":
+        options["permutation"] = pr.permutation(f"local_{shape}")
+    epoch = w.packed_epoch("elastic_loader", table, spec, **options)
     before = resource.getrusage(resource.RUSAGE_SELF)
     main0 = time.thread_time()
     t0 = time.perf_counter()
@@ -76,6 +81,16 @@ def one(order: str, docs: int) -> dict[str, float]:
         "cores_used": cpu / seconds,
         "consumer_share": main / seconds,
     }
+
+
+def order_options(order: str) -> tuple[str, dict[str, Any]]:
+    """An ORDER's read order (``default`` or ``C_W``) and ``packed_epoch``'s split and batch options."""
+    shape, suffix, batch = order.partition("_b")
+    if not suffix:
+        return order, {"num_splits": SPLITS}
+    if not batch.isdigit() or int(batch) < 1:
+        raise ValueError(f"order {order!r}: a batch suffix is _bB with B a positive integer")
+    return shape, {"num_splits": 1, "batch_size": int(batch), "batch_format": "torch"}
 
 
 def run(src: Path, order: str, docs: int) -> dict[str, float]:

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 
 PROBE = """
@@ -50,3 +52,19 @@ def test_pooled_ratios_are_every_rounds_ratio_to_its_runs_first_case(tmp_path: P
         (tmp_path / f"{name}.json").write_text(json.dumps(saved))
     ratios = packing_trees.pooled("new", ["a", "b"], tmp_path)
     assert ratios == [1.9, 2.1, 2.0, 2.5, 1.75]
+
+
+def test_packing_trees_orders_name_the_read_order_and_the_batches() -> None:
+    sys.path.insert(0, str(BENCH))
+    try:
+        import packing_trees
+    finally:
+        sys.path.remove(str(BENCH))
+    assert packing_trees.order_options("default") == ("default", {"num_splits": packing_trees.SPLITS})
+    assert packing_trees.order_options("8_256") == ("8_256", {"num_splits": packing_trees.SPLITS})
+    batches = {"num_splits": 1, "batch_size": 64, "batch_format": "torch"}
+    assert packing_trees.order_options("1024_4096_b64") == ("1024_4096", batches)
+    assert packing_trees.order_options("default_b64") == ("default", batches)
+    for bad in ("8_256_b", "8_256_bx", "8_256_b0"):
+        with pytest.raises(ValueError, match="batch suffix"):
+            packing_trees.order_options(bad)

@@ -27,6 +27,10 @@ Rules:
   holds ``k * n * L * BLOCK_BYTES_PER_TOKEN`` bytes (its blocks' tokens and
   ``doc_ids``) until it ends, so k is capped by the byte budget too (at least
   one cycle). ``PackFeed.held_bytes`` is what the pipeline counts as buffered.
+* A chunk also holds at most ``CHUNK_SPLIT_BYTES`` a split (or one batch, if that is more):
+  its arrays are freed together when its last block is dropped, and a free that leaves more
+  than glibc's trim threshold at the top of the heap gives the memory back, to be faulted in and
+  zeroed again for the next chunk (docs/PIPELINE.md, "Chunk size and the heap").
 """
 
 from __future__ import annotations
@@ -50,6 +54,11 @@ MAX_CHUNK_CYCLES = 1024
 TOKEN_BYTES = 8
 BLOCK_BYTES_PER_TOKEN = 16
 """A yielded block's token: its ``input_ids`` entry and its ``doc_ids`` entry."""
+CHUNK_SPLIT_BYTES = 8 * 2**20
+"""A chunk's block bytes per owned split (256 cycles of 2048 tokens; 1024 cycles at up to 512): two
+chunks of one split stay below the 48 MiB trim threshold glibc has once the mmap threshold is
+raised (``_allocator``), where chunks of 1024 cycles of 2048 tokens (32 MiB) made every chunk's
+pages fresh (a fifth of the consumer's time zeroing pages, ``perf``)."""
 
 
 class SplitStream:
@@ -478,7 +487,8 @@ def iterate(
 
     Projected splits first replay their blocks up to ``targets`` (not yielded); then lagging
     splits catch up one block at a time; then every cycle yields one block per owned split, k
-    cycles at a time with k within ``read_ahead_bytes`` (at least one cycle). With ``align > 1``
+    cycles at a time with k within ``read_ahead_bytes`` and ``CHUNK_SPLIT_BYTES`` a split (at least
+    one cycle, and ``align`` cycles within the split cap). With ``align > 1``
     (one owned split, batches of ``align`` blocks) a chunk ends on a batch boundary where it can,
     so a batch lies in one chunk: ``k`` is the largest count within those limits that does, and
     the split fetches until the next boundary is ready where it has reads in flight. Which blocks
@@ -488,7 +498,8 @@ def iterate(
     n = len(streams)
     assert align == 1 or n == 1, "chunks end on batch boundaries only with one owned split"
     cycle_bytes = n * length * BLOCK_BYTES_PER_TOKEN
-    most = max(1, read_ahead_bytes // cycle_bytes)
+    split_cap = max(align, CHUNK_SPLIT_BYTES // (length * BLOCK_BYTES_PER_TOKEN))
+    most = max(1, min(read_ahead_bytes // cycle_bytes, split_cap))
     if targets is not None:
         _replay(pipeline, feed, targets, length, pad, counters, min(most * n, MAX_CHUNK_CYCLES))
     first = streams[0].emitted  # one owned split has no catch-up: blocks handed = emitted - first

@@ -25,7 +25,7 @@ import pytest
 import torch
 from lancedb.streaming import StreamingDataset as Reference
 
-from elastic_loader import StreamingDataset
+from elastic_loader import StreamingDataLoader, StreamingDataset
 from elastic_loader._pipeline import _fetch, _packing
 from elastic_loader._pipeline._packing import PackCursor, SplitStream, emit_cycles
 from elastic_loader._pipeline._stats import Counters
@@ -571,3 +571,38 @@ def test_packed_consumed_rows_counts_pulled_documents(multi_table: Any) -> None:
         assert ours.statistics().rows_delivered == pulled, step
     our_it.close()
     assert ours.statistics().rows_delivered == pulled
+
+
+@pytest.mark.parametrize(
+    ("num_splits", "batch_size", "largest"), [(1, None, 3), (2, None, 3), (1, 4, 4), (1, 2, 2)]
+)
+def test_chunks_stay_within_their_bytes_a_split(
+    short_docs: Any, monkeypatch: pytest.MonkeyPatch, num_splits: int, batch_size: int | None, largest: int
+) -> None:
+    """A chunk cuts at most ``CHUNK_SPLIT_BYTES`` of blocks a split (three blocks here), or one
+    batch where a batch is more, and ends on a batch boundary (two blocks of batches of two); the
+    blocks are those of chunks as large as the read allows."""
+    budget = num_splits * 16
+
+    def blocks() -> tuple[list[list[int]], list[int]]:
+        cuts: list[int] = []
+
+        def spy(stream: SplitStream, k: int, length: int, pad: int) -> Any:
+            cuts.append(k)
+            return emit_cycles(stream, k, length, pad)
+
+        monkeypatch.setattr(_packing, "emit_cycles", spy)
+        ds = _dataset(short_docs, num_splits, budget)
+        if batch_size is None:
+            out = [block["input_ids"].tolist() for block in ds]
+        else:
+            loader = StreamingDataLoader(ds, batch_size=batch_size, batch_format="torch")
+            out = [row for batch in loader for row in batch["input_ids"].tolist()]
+        return out, cuts
+
+    whole, uncapped = blocks()
+    assert max(uncapped) > 4, "the whole read fits one chunk: the cap below would prove nothing"
+    monkeypatch.setattr(_packing, "CHUNK_SPLIT_BYTES", 3 * LENGTH * _packing.BLOCK_BYTES_PER_TOKEN)
+    capped, cuts = blocks()
+    assert capped == whole
+    assert max(cuts) == largest

@@ -43,6 +43,10 @@ Rules:
   timed pass's minor page faults and system seconds (``getrusage`` around the pass).
 * Results go to ``benchmarks/peers.local.json`` (git-ignored) or, with ``--save``, the
   committed ``benchmarks/peers.json``; both record the environment (``meta.py``).
+* ``--pool WORKLOAD OURS THEIRS NAME [NAME ...]`` runs nothing: it reads the saved runs
+  ``benchmarks/NAME.json`` and prints loader OURS's per-round ratios to loader THEIRS in
+  WORKLOAD (``rows`` or ``packing``), run by run and pooled (median, lowest, highest, rounds
+  above 1), so a ratio near 1 is judged on every round measured, not on one run.
 """
 
 from __future__ import annotations
@@ -68,6 +72,7 @@ import peer_workloads as pw
 import quality
 import workloads as w
 
+HERE = Path(__file__).resolve().parent
 DEFAULT_ROWS = 2_000_000
 LARGE_ROWS = 100_000_000
 DEFAULT_DOCS = 200_000
@@ -291,6 +296,30 @@ def print_table(title: str, workload: dict) -> None:
         print(line)
 
 
+def pooled(
+    workload: str, ours: str, theirs: str, names: Sequence[str], directory: Path = HERE
+) -> list[float]:
+    """``ours``'s per-round ratios to ``theirs`` in ``workload`` of each saved run ``names`` (in
+    ``directory``), printed run by run and pooled; returns the pooled ratios."""
+    ratios: list[float] = []
+    for name in names:
+        saved = json.loads((directory / f"{name}.json").read_text())
+        loaders = saved[workload]["loaders"]
+        pairs = zip(loaders[ours]["rounds_items_per_s"], loaders[theirs]["rounds_items_per_s"], strict=True)
+        run_ratios = [a / b for a, b in pairs]
+        ratios += run_ratios
+        shown = ", ".join(f"{r:.2f}" for r in run_ratios)
+        when = saved["environment"]["date_utc"]
+        print(f"{name} ({when}): {shown}; median {statistics.median(run_ratios):.3f}")
+    above = sum(r > 1 for r in ratios)
+    print(
+        f"pooled, {len(ratios)} rounds of {len(names)} runs: {ours} / {theirs} median "
+        f"{statistics.median(ratios):.3f} (lowest {min(ratios):.2f}, highest {max(ratios):.2f}; "
+        f"{above} of {len(ratios)} above 1)"
+    )
+    return ratios
+
+
 def _names(text: str) -> set[str]:
     return {name for name in text.split(",") if name}
 
@@ -332,6 +361,12 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
         default=None,
         help="with --fresh: each new process first reads COLUMN of the table by a streamed scan (untimed)",
     )
+    parser.add_argument(
+        "--pool",
+        nargs="+",
+        metavar="ARG",
+        help="WORKLOAD OURS THEIRS NAME [NAME ...]: pool saved runs' per-round ratios (runs nothing)",
+    )
     parser.add_argument("--one", metavar="WORKLOAD/NAME", help=argparse.SUPPRESS)  # a --fresh child
     parser.add_argument("--json", type=Path, default=None, help="write the results here instead")
     parser.add_argument(
@@ -349,6 +384,11 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
+    if args.pool:
+        if len(args.pool) < 4 or args.pool[0] not in ("rows", "packing"):
+            raise SystemExit("--pool WORKLOAD OURS THEIRS NAME [NAME ...] (WORKLOAD: rows or packing)")
+        pooled(args.pool[0], args.pool[1], args.pool[2], args.pool[3:])
+        return 0
     pw.PREFIX_ROWS.update(_prefixes(args))
     w.quiet()
     pw.preload()

@@ -68,3 +68,23 @@ def test_packing_trees_orders_name_the_read_order_and_the_batches() -> None:
     for bad in ("8_256_b", "8_256_bx", "8_256_b0"):
         with pytest.raises(ValueError, match="batch suffix"):
             packing_trees.order_options(bad)
+
+
+def test_peers_pooled_ratios_are_every_rounds_ratio_of_two_loaders(tmp_path: Path) -> None:
+    sys.path.insert(0, str(BENCH))
+    try:
+        import peers
+    finally:
+        sys.path.remove(str(BENCH))
+
+    def save(name: str, ours: list[float], theirs: list[float]) -> None:
+        loaders = {"ours": {"rounds_items_per_s": ours}, "theirs": {"rounds_items_per_s": theirs}}
+        saved = {"environment": {"date_utc": "2026-12-07T00:00:00+00:00"}, "packing": {"loaders": loaders}}
+        (tmp_path / f"{name}.json").write_text(json.dumps(saved))
+
+    save("a", [10, 30], [5, 40])
+    save("b", [9], [10])
+    assert peers.pooled("packing", "ours", "theirs", ["a", "b"], tmp_path) == [2.0, 0.75, 0.9]
+    save("c", [1, 2], [1])
+    with pytest.raises(ValueError):  # rounds that do not pair up are refused, not cut short
+        peers.pooled("packing", "ours", "theirs", ["c"], tmp_path)

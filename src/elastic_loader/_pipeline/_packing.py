@@ -488,7 +488,7 @@ def iterate(
     Projected splits first replay their blocks up to ``targets`` (not yielded); then lagging
     splits catch up one block at a time; then every cycle yields one block per owned split, k
     cycles at a time with k within ``read_ahead_bytes`` and ``CHUNK_SPLIT_BYTES`` a split (at least
-    one cycle, and ``align`` cycles within the split cap). With ``align > 1``
+    one cycle; the split cap is at least one batch, ``align`` cycles). With ``align > 1``
     (one owned split, batches of ``align`` blocks) a chunk ends on a batch boundary where it can,
     so a batch lies in one chunk: ``k`` is the largest count within those limits that does, and
     the split fetches until the next boundary is ready where it has reads in flight. Which blocks

@@ -23,8 +23,10 @@ import datetime
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
+from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -114,6 +116,30 @@ def results_path(name: str, save: bool) -> Path:
 def write(path: Path, results: dict[str, Any]) -> None:
     path.write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {path}")
+
+
+def pool(runs: Sequence[tuple[str, dict[str, Any], list[float]]], what: str) -> list[float]:
+    """Print each saved run's per-round ratios (``(name, its results, ratios)``) and all of them
+    pooled (median, lowest, highest, rounds above 1); return the pooled ratios. ``what`` names the
+    ratio (``packing_trees.py --pool``, ``peers.py --pool``)."""
+    ratios: list[float] = []
+    for name, saved, run_ratios in runs:
+        ratios += run_ratios
+        shown = ", ".join(f"{r:.2f}" for r in run_ratios)
+        when = saved["environment"]["date_utc"]
+        print(f"{name} ({when}): {shown}; median {statistics.median(run_ratios):.3f}")
+    above = sum(r > 1 for r in ratios)
+    print(
+        f"pooled, {len(ratios)} rounds of {len(runs)} runs: {what} median {statistics.median(ratios):.3f} "
+        f"(lowest {min(ratios):.2f}, highest {max(ratios):.2f}; {above} of {len(ratios)} above 1)"
+    )
+    return ratios
+
+
+def saved_run(name: str, directory: Path = HERE) -> dict[str, Any]:
+    """The saved results ``directory/NAME.json``."""
+    result: dict[str, Any] = json.loads((directory / f"{name}.json").read_text())
+    return result
 
 
 def extra(name: str) -> list[str]:

@@ -43,6 +43,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import meta  # this script's directory is on sys.path (run as a script, or by the tests)
+
 HERE = Path(__file__).resolve().parent
 SPLITS, PACK, MIN_LEN, MAX_LEN = 8, 2048, 128, 2048
 """``peer_workloads.token_spec``'s table and packing (that module needs a tree with ``LocalShuffle``)."""
@@ -103,21 +105,13 @@ def run(src: Path, order: str, docs: int) -> dict[str, float]:
 
 def pooled(label: str, names: list[str], directory: Path = HERE) -> list[float]:
     """Case ``label``'s per-round ratios to the first case of each saved run ``names`` (in
-    ``directory``), printed run by run and pooled; returns the pooled ratios."""
-    ratios: list[float] = []
+    ``directory``), printed run by run and pooled (``meta.pool``); returns the pooled ratios."""
+    runs = []
     for name in names:
-        saved = json.loads((directory / f"{name}.json").read_text())
+        saved = meta.saved_run(name, directory)
         first, case = saved["cases"][saved["first"]], saved["cases"][label]
-        run_ratios = [b / a for a, b in zip(first["rounds"], case["rounds"], strict=True)]
-        ratios += run_ratios
-        shown = ", ".join(f"{r:.2f}" for r in run_ratios)
-        when = saved["environment"]["date_utc"]
-        print(f"{name} ({when}): {shown}; median {statistics.median(run_ratios):.3f}")
-    print(
-        f"pooled, {len(ratios)} rounds of {len(names)} runs: {label} / first case median "
-        f"{statistics.median(ratios):.3f} (lowest {min(ratios):.2f}, highest {max(ratios):.2f})"
-    )
-    return ratios
+        runs.append((name, saved, [b / a for a, b in zip(first["rounds"], case["rounds"], strict=True)]))
+    return meta.pool(runs, f"{label} / first case")
 
 
 def main() -> None:
@@ -148,9 +142,6 @@ def main() -> None:
         if not label or not order or not (src / "elastic_loader").is_dir():
             parser.error(f"--case {text!r}: want LABEL=DIR:ORDER, DIR holding elastic_loader")
         cases[label] = (src, order)
-    sys.path.insert(0, str(HERE))
-    import meta
-
     passes: dict[str, list[dict[str, float]]] = {label: [] for label in cases}
     for round_ in range(args.rounds):
         for label, (src, order) in cases.items():

@@ -300,24 +300,14 @@ def pooled(
     workload: str, ours: str, theirs: str, names: Sequence[str], directory: Path = HERE
 ) -> list[float]:
     """``ours``'s per-round ratios to ``theirs`` in ``workload`` of each saved run ``names`` (in
-    ``directory``), printed run by run and pooled; returns the pooled ratios."""
-    ratios: list[float] = []
+    ``directory``), printed run by run and pooled (``meta.pool``); returns the pooled ratios."""
+    runs = []
     for name in names:
-        saved = json.loads((directory / f"{name}.json").read_text())
+        saved = meta.saved_run(name, directory)
         loaders = saved[workload]["loaders"]
         pairs = zip(loaders[ours]["rounds_items_per_s"], loaders[theirs]["rounds_items_per_s"], strict=True)
-        run_ratios = [a / b for a, b in pairs]
-        ratios += run_ratios
-        shown = ", ".join(f"{r:.2f}" for r in run_ratios)
-        when = saved["environment"]["date_utc"]
-        print(f"{name} ({when}): {shown}; median {statistics.median(run_ratios):.3f}")
-    above = sum(r > 1 for r in ratios)
-    print(
-        f"pooled, {len(ratios)} rounds of {len(names)} runs: {ours} / {theirs} median "
-        f"{statistics.median(ratios):.3f} (lowest {min(ratios):.2f}, highest {max(ratios):.2f}; "
-        f"{above} of {len(ratios)} above 1)"
-    )
-    return ratios
+        runs.append((name, saved, [a / b for a, b in pairs]))
+    return meta.pool(runs, f"{ours} / {theirs}")
 
 
 def _names(text: str) -> set[str]:

@@ -5,11 +5,13 @@ for elastic-loader only)."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -33,12 +35,17 @@ def test_packed_epoch_imports_before_the_clock(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
 
 
-def test_pooled_ratios_are_every_rounds_ratio_to_its_runs_first_case(tmp_path: Path) -> None:
+def _bench_module(name: str) -> ModuleType:
+    """A module of ``benchmarks/``, imported with that directory on ``sys.path`` (as its scripts run)."""
     sys.path.insert(0, str(BENCH))
     try:
-        import packing_trees
+        return importlib.import_module(name)
     finally:
         sys.path.remove(str(BENCH))
+
+
+def test_pooled_ratios_are_every_rounds_ratio_to_its_runs_first_case(tmp_path: Path) -> None:
+    packing_trees = _bench_module("packing_trees")
     runs = {
         "a": {"old": [10, 20], "new": [19, 42]},
         "b": {"old": [30, 10, 40], "new": [60, 25, 70]},
@@ -55,11 +62,7 @@ def test_pooled_ratios_are_every_rounds_ratio_to_its_runs_first_case(tmp_path: P
 
 
 def test_packing_trees_orders_name_the_read_order_and_the_batches() -> None:
-    sys.path.insert(0, str(BENCH))
-    try:
-        import packing_trees
-    finally:
-        sys.path.remove(str(BENCH))
+    packing_trees = _bench_module("packing_trees")
     assert packing_trees.order_options("default") == ("default", {"num_splits": packing_trees.SPLITS})
     assert packing_trees.order_options("8_256") == ("8_256", {"num_splits": packing_trees.SPLITS})
     batches = {"num_splits": 1, "batch_size": 64, "batch_format": "torch"}
@@ -71,11 +74,7 @@ def test_packing_trees_orders_name_the_read_order_and_the_batches() -> None:
 
 
 def test_peers_pooled_ratios_are_every_rounds_ratio_of_two_loaders(tmp_path: Path) -> None:
-    sys.path.insert(0, str(BENCH))
-    try:
-        import peers
-    finally:
-        sys.path.remove(str(BENCH))
+    peers = _bench_module("peers")
 
     def save(name: str, ours: list[float], theirs: list[float]) -> None:
         loaders = {"ours": {"rounds_items_per_s": ours}, "theirs": {"rounds_items_per_s": theirs}}

@@ -5,8 +5,8 @@
    order, filling out exactly: a split's documents copied out of a read into its stream
    (_documents.Fetched.copy_into).
 
-   doc_ids(starts, out) writes the doc_ids of k blocks of L tokens (out is k x L): in each row,
-   how many of the sorted document starts lie at offsets 1..j of it (_packing.emit_cycles).
+   doc_ids(starts, out, length) writes the doc_ids of k blocks of length tokens (out is k x length):
+   in each row, how many of the sorted document starts lie at offsets 1..j of it (_packing._doc_ids).
 
    Every argument is checked before anything is written (a ValueError says what is wrong), and
    the writing runs without the GIL. tests/pipeline/packing/test_pipe_gather.py compares both with
